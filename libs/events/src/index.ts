@@ -1,1 +1,13 @@
-export {};
+export * from './clock.js';
+export * from './codec.js';
+export * from './errors.js';
+export * from './lease/commands.js';
+export * from './lease/decide.js';
+export * from './lease/events.js';
+export * from './lease/evolve.js';
+export * from './lease/snapshot.js';
+export * from './lease/state.js';
+export * from './schemas/commands.v1.js';
+export * from './schemas/common.js';
+export * from './schemas/events.v1.js';
+export * from './subjects.js';

@@ -1,0 +1,108 @@
+import type { z } from 'zod';
+import { LeaseError, leaseError } from './errors.js';
+import { EVENT_VERSION, type LeaseEvent } from './lease/events.js';
+import { LeaseEventV1 } from './schemas/events.v1.js';
+
+const utf8 = new TextEncoder();
+const utf8Decoder = new TextDecoder('utf-8', { fatal: true });
+
+export const encodeEvent = (event: LeaseEvent): Uint8Array => utf8.encode(JSON.stringify(event));
+
+export type DecodeProblem = 'corrupt' | 'unknown-type' | 'unknown-version' | 'invalid';
+export type DecodedEvent =
+  | { ok: true; event: LeaseEvent }
+  | { ok: false; problem: DecodeProblem; message: string };
+
+/**
+ * Upcasters turn a stored older version into the next one, until the current version:
+ * `UPCASTERS[type][v]` maps version v to v + 1. Version 1 is the only published one so
+ * far, so there is none yet; a published schema never changes, a new one adds a step here.
+ */
+type Upcaster = (event: Record<string, unknown>) => Record<string, unknown>;
+const UPCASTERS: Readonly<Record<string, Readonly<Record<number, Upcaster>>>> = {};
+
+const KNOWN_TYPES: ReadonlySet<string> = new Set(
+  LeaseEventV1.options.map((option) => option.shape.type.value),
+);
+
+/**
+ * The decode boundary for everything read from the log. Corrupt bytes, an unknown type
+ * (a newer writer) or an invalid body come back as a problem to log, count and skip:
+ * never a throw, so no consumer crashes on what it reads.
+ */
+export const decodeEvent = (data: Uint8Array | string): DecodedEvent => {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(typeof data === 'string' ? data : utf8Decoder.decode(data));
+  } catch (cause) {
+    return { ok: false, problem: 'corrupt', message: `not UTF-8 JSON: ${(cause as Error).message}` };
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    return { ok: false, problem: 'corrupt', message: 'not a JSON object' };
+  }
+  let body = raw as Record<string, unknown>;
+  const type = body.type;
+  if (typeof type !== 'string' || !KNOWN_TYPES.has(type)) {
+    return { ok: false, problem: 'unknown-type', message: `unknown event type ${JSON.stringify(type)}` };
+  }
+  let version = body.v;
+  while (typeof version === 'number' && version < EVENT_VERSION) {
+    const step = UPCASTERS[type]?.[version];
+    if (!step) break;
+    body = step(body);
+    version = body.v;
+  }
+  if (version !== EVENT_VERSION) {
+    return {
+      ok: false,
+      problem: 'unknown-version',
+      message: `${type} version ${JSON.stringify(body.v)} is not known`,
+    };
+  }
+  const parsed = LeaseEventV1.safeParse(body);
+  if (!parsed.success)
+    return { ok: false, problem: 'invalid', message: `${type}: ${summarize(parsed.error)}` };
+  return { ok: true, event: parsed.data };
+};
+
+/** Bounds what a request body may be before it is even parsed. */
+export const REQUEST_BYTES_MAX = 64 * 1024;
+
+export type Parsed<T> = { ok: true; value: T } | { ok: false; error: LeaseError };
+
+/** The edge: bytes from a client to a validated request, or INVALID_REQUEST / PAYLOAD_TOO_LARGE. */
+export const parseRequest = <S extends z.ZodType>(
+  schema: S,
+  data: Uint8Array,
+  maxBytes = REQUEST_BYTES_MAX,
+): Parsed<z.infer<S>> => {
+  if (data.length > maxBytes) {
+    return {
+      ok: false,
+      error: leaseError('PAYLOAD_TOO_LARGE', `request is ${data.length} bytes, more than ${maxBytes}`, {
+        bytes: data.length,
+        maxBytes,
+      }),
+    };
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(utf8Decoder.decode(data));
+  } catch (cause) {
+    return { ok: false, error: new LeaseError('INVALID_REQUEST', 'request is not UTF-8 JSON', { cause }) };
+  }
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) {
+    return {
+      ok: false,
+      error: leaseError('INVALID_REQUEST', summarize(parsed.error), { issues: parsed.error.issues }),
+    };
+  }
+  return { ok: true, value: parsed.data };
+};
+
+const summarize = (error: z.ZodError): string =>
+  error.issues
+    .slice(0, 5)
+    .map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`)
+    .join('; ');

@@ -1,0 +1,66 @@
+import { z } from 'zod';
+import {
+  HolderId,
+  IdempotencyKey,
+  LeaseId,
+  LimitName,
+  Metadata,
+  Name,
+  PositiveMillis,
+  RequesterId,
+  SlotClaims,
+} from './common.js';
+
+/**
+ * Version 1 of the requests a client sends. Unknown fields are refused (strict), so a
+ * typo is an INVALID_REQUEST instead of a silently ignored option.
+ */
+const HolderSecret = z.string().min(16).max(128);
+
+export const AcquireRequestV1 = z.strictObject({
+  requester: RequesterId,
+  slots: SlotClaims,
+  ttlMs: PositiveMillis,
+  leaseId: LeaseId.optional(),
+  holder: HolderId.optional(),
+  idempotencyKey: IdempotencyKey.optional(),
+  /** Chosen by the client so that a retry with the same idempotency key can keep using it. */
+  holderSecret: HolderSecret.optional(),
+  metadata: Metadata.optional(),
+  /** How long to wait for free slots; 0 or absent with noWait answers at once. */
+  waitMs: z.number().int().nonnegative().optional(),
+  noWait: z.boolean().optional(),
+});
+
+export const RenewRequestV1 = z.strictObject({
+  leaseId: LeaseId,
+  holderSecret: HolderSecret,
+  ttlMs: PositiveMillis.optional(),
+});
+
+export const ReleaseRequestV1 = z.strictObject({
+  leaseId: LeaseId,
+  holderSecret: HolderSecret,
+  detail: z.string().max(512).optional(),
+});
+
+export const RevokeRequestV1 = z.strictObject({
+  leaseId: LeaseId,
+  reason: z.literal('admin'),
+  actor: Name.optional(),
+  detail: z.string().max(512).optional(),
+});
+
+export const DefineLimitRequestV1 = z.strictObject({
+  limit: LimitName,
+  slotsMax: z.number().int().min(1).max(1_000_000),
+  actor: Name.optional(),
+});
+
+export const RemoveLimitRequestV1 = z.strictObject({ limit: LimitName, actor: Name.optional() });
+
+export const SetRequesterLimitRequestV1 = z.strictObject({
+  requester: z.union([RequesterId, z.literal('*')]),
+  leasesMax: z.number().int().min(1).max(1_000_000),
+  actor: Name.optional(),
+});
