@@ -10,13 +10,20 @@ export default defineConfig({
     projects: [
       {
         resolve,
-        test: { name: 'unit', include: ['libs/*/test/**/*.unit.test.ts', 'services/*/test/**/*.unit.test.ts'] },
+        test: {
+          name: 'unit',
+          include: ['libs/*/test/**/*.unit.test.ts', 'services/*/test/**/*.unit.test.ts'],
+        },
       },
       {
         resolve,
         test: {
           name: 'int',
-          include: ['libs/*/test/**/*.int.test.ts', 'services/*/test/**/*.int.test.ts', 'test/int/**/*.int.test.ts'],
+          include: [
+            'libs/*/test/**/*.int.test.ts',
+            'services/*/test/**/*.int.test.ts',
+            'test/int/**/*.int.test.ts',
+          ],
           testTimeout: 60_000,
           hookTimeout: 60_000,
         },
