@@ -1,1 +1,4 @@
-export {};
+export * from './append.js';
+export * from './connection.js';
+export * from './projection.js';
+export * from './stream.js';

@@ -1,1 +1,3 @@
-export {};
+export * from './config.js';
+export * from './gateway.js';
+export { hashSecret } from './handlers/commands.js';

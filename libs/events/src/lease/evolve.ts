@@ -1,3 +1,4 @@
+import { ADMISSION_SUBJECT, leaseIdOfSubject } from '../subjects.js';
 import type { Grant, LeaseEvent, StoredEvent } from './events.js';
 import {
   ANOMALIES_KEPT,
@@ -258,3 +259,21 @@ const record = (state: LeaseState, anomaly: Anomaly): void => {
 
 /** Exhaustiveness is checked by the compiler; at run time an impossible value is ignored, never thrown. */
 const unreachable = <T>(_value: never, result: T): T => result;
+
+/**
+ * A message that could not be decoded is still a message: JetStream counts it on its
+ * subject, so the state must too, or every later append on that subject would be
+ * rejected. Nothing else of it is applied; the caller logs and counts it.
+ */
+export const skipUndecodable = (state: LeaseState, seq: number, subject: string): LeaseState => {
+  if (seq <= state.lastSeq) return state;
+  state.lastSeq = seq;
+  if (subject === ADMISSION_SUBJECT) {
+    state.admissionSeq = seq;
+    return state;
+  }
+  const leaseId = leaseIdOfSubject(subject);
+  const lease = leaseId === undefined ? undefined : state.leases.get(leaseId);
+  if (lease) lease.lastSubjectSeq = seq;
+  return state;
+};

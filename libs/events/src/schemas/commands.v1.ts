@@ -64,3 +64,17 @@ export const SetRequesterLimitRequestV1 = z.strictObject({
   leasesMax: z.number().int().min(1).max(1_000_000),
   actor: Name.optional(),
 });
+
+export const GetRequestV1 = z.strictObject({ leaseId: LeaseId });
+
+export const LIST_LEASES_MAX = 1_000;
+export const ListRequestV1 = z.strictObject({
+  requester: RequesterId.optional(),
+  limit: LimitName.optional(),
+  holder: HolderId.optional(),
+  /** Ended leases the projection still keeps are included when true. */
+  includeEnded: z.boolean().optional(),
+  max: z.number().int().min(1).max(LIST_LEASES_MAX).optional(),
+});
+
+export const ListLimitsRequestV1 = z.strictObject({});

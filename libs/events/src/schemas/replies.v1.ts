@@ -1,0 +1,68 @@
+import { z } from 'zod';
+import { ERROR_CODES, type LeaseErrorCode } from '../errors.js';
+import { Metadata, RevokeReason, SlotClaim } from './common.js';
+
+/**
+ * Version 1 of what the gateway answers. Every reply is `{ ok: true, result }` or
+ * `{ ok: false, error }`; docs/protocol.md shows each of them, and a test checks it does.
+ */
+export const LeaseViewV1 = z.object({
+  leaseId: z.string(),
+  requester: z.string(),
+  holder: z.string().optional(),
+  slots: z.array(SlotClaim),
+  status: z.enum(['live', 'released', 'revoked']),
+  ttlMs: z.number(),
+  grantedAtMs: z.number(),
+  deadlineMs: z.number(),
+  fencingToken: z.number(),
+  renewals: z.number(),
+  grantSeq: z.number(),
+  lastSubjectSeq: z.number(),
+  endedAtMs: z.number().optional(),
+  revokeReason: RevokeReason.optional(),
+  metadata: Metadata.optional(),
+});
+export type LeaseView = z.infer<typeof LeaseViewV1>;
+
+export const LimitViewV1 = z.object({
+  limit: z.string(),
+  slotsMax: z.number(),
+  used: z.number(),
+  free: z.number(),
+});
+export type LimitView = z.infer<typeof LimitViewV1>;
+
+export const AcquireResultV1 = z.object({
+  lease: LeaseViewV1,
+  /** Present on a new grant, and on a replay that presented the same secret. */
+  holderSecret: z.string().optional(),
+  /** True when the idempotency key had already been granted: this is the original lease. */
+  replayed: z.boolean(),
+});
+export const LeaseResultV1 = z.object({ lease: LeaseViewV1 });
+export const LeaseListResultV1 = z.object({
+  leases: z.array(LeaseViewV1),
+  total: z.number(),
+  truncated: z.boolean(),
+});
+export const LimitResultV1 = z.object({ limit: LimitViewV1.nullable() });
+export const LimitListResultV1 = z.object({
+  limits: z.array(LimitViewV1),
+  defaultLeasesPerRequester: z.number(),
+  requesterLimits: z.record(z.string(), z.number()),
+});
+export const RequesterLimitResultV1 = z.object({ requester: z.string(), leasesMax: z.number() });
+
+const codes = Object.keys(ERROR_CODES) as [LeaseErrorCode, ...LeaseErrorCode[]];
+export const ErrorReplyV1 = z.object({
+  ok: z.literal(false),
+  error: z.object({
+    code: z.enum(codes),
+    retryable: z.boolean(),
+    message: z.string(),
+    details: z.record(z.string(), z.unknown()).optional(),
+  }),
+});
+
+export const okReply = <T extends z.ZodType>(result: T) => z.object({ ok: z.literal(true), result });

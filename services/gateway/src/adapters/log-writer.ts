@@ -1,0 +1,58 @@
+import { type AppendResult, appendEvent, type Projection } from '@lease/bus';
+import type { LeaseEvent } from '@lease/events';
+import type { JetStreamClient } from '@nats-io/jetstream';
+import type { GatewayMetrics } from '../metrics.js';
+
+/** Same bytes, same Nats-Msg-Id: a retry after an uncertain failure is stored at most once. */
+export const UNCERTAIN_RETRIES = 3;
+const UNCERTAIN_BACKOFF_MS = [100, 300, 900] as const;
+export const APPEND_TIMEOUT_MS = 3_000;
+/** How long a reply waits for the projection to fold its own append (read-your-writes on this replica). */
+export const FOLD_WAIT_MS = 5_000;
+
+export class LogWriter {
+  private counter = 0;
+
+  constructor(
+    private readonly js: JetStreamClient,
+    readonly projection: Projection,
+    private readonly instance: string,
+    private readonly metrics: GatewayMetrics,
+  ) {}
+
+  nextMsgId(): string {
+    this.counter += 1;
+    return `${this.instance}-${Date.now().toString(36)}-${this.counter}`;
+  }
+
+  /**
+   * Appends one decided event conditionally. After an uncertain failure it resends the
+   * same message under the same Nats-Msg-Id, so that JetStream stores it at most once.
+   * On success it waits until the projection has folded it.
+   */
+  async append(
+    event: LeaseEvent,
+    expectedLastSubjectSeq: number,
+    msgId = this.nextMsgId(),
+  ): Promise<AppendResult> {
+    let result: AppendResult = await appendEvent(this.js, event, {
+      expectedLastSubjectSeq,
+      msgId,
+      timeoutMs: APPEND_TIMEOUT_MS,
+    });
+    for (let retry = 0; !result.ok && !result.conflict && retry < UNCERTAIN_RETRIES; retry++) {
+      this.metrics.uncertainRetries += 1;
+      await sleep(UNCERTAIN_BACKOFF_MS[retry]!);
+      result = await appendEvent(this.js, event, {
+        expectedLastSubjectSeq,
+        msgId,
+        timeoutMs: APPEND_TIMEOUT_MS,
+      });
+    }
+    if (result.ok) await this.projection.waitFor(result.seq, FOLD_WAIT_MS);
+    else if (result.conflict) this.metrics.conflicts += 1;
+    return result;
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -1,0 +1,205 @@
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import type { Projection } from '@lease/bus';
+import {
+  type AcquireRequestV1,
+  type DefineLimitRequestV1,
+  decide,
+  type GetRequestV1,
+  type LeaseCommand,
+  LeaseError,
+  LIST_LEASES_MAX,
+  type ListRequestV1,
+  leaseError,
+  leaseView,
+  limitView,
+  limitViews,
+  matchesFilter,
+  type Policy,
+  type ReleaseRequestV1,
+  type RemoveLimitRequestV1,
+  type RenewRequestV1,
+  type RevokeRequestV1,
+  type SetRequesterLimitRequestV1,
+} from '@lease/events';
+import type { z } from 'zod';
+import type { Admission } from '../adapters/admission.js';
+import type { LogWriter } from '../adapters/log-writer.js';
+import type { GatewayMetrics } from '../metrics.js';
+
+/** Decide-append rounds for one lease command before answering a retryable STALE_VIEW. */
+export const LIFECYCLE_ATTEMPTS = 5;
+
+export type Result<T> = { ok: true; result: T } | { ok: false; error: LeaseError };
+
+export interface CommandDeps {
+  readonly projection: Projection;
+  readonly admission: Admission;
+  readonly writer: LogWriter;
+  readonly policy: Policy;
+  readonly metrics: GatewayMetrics;
+  readonly nowMs: () => number;
+}
+
+export const hashSecret = (secret: string): string => createHash('sha256').update(secret).digest('hex');
+const newSecret = (): string => randomBytes(24).toString('base64url');
+const newLeaseId = (): string => randomUUID().replaceAll('-', '');
+
+const fail = (error: LeaseError): Result<never> => ({ ok: false, error });
+
+/** The gateway's verbs: validated input in, a result or a typed error out. No business rule lives here. */
+export const createCommands = (deps: CommandDeps) => {
+  const { projection, admission, writer, policy, metrics, nowMs } = deps;
+
+  const acquire = async (request: z.infer<typeof AcquireRequestV1>) => {
+    const holderSecret = request.holderSecret ?? newSecret();
+    const secretHash = hashSecret(holderSecret);
+    const leaseId = request.leaseId ?? newLeaseId();
+    const outcome = await admission.acquire((now) => ({
+      type: 'AcquireLease',
+      leaseId,
+      leaseIdChosen: request.leaseId !== undefined,
+      requester: request.requester,
+      holder: request.holder,
+      slots: request.slots,
+      ttlMs: request.ttlMs,
+      secretHash,
+      idempotencyKey: request.idempotencyKey,
+      metadata: request.metadata,
+      nowMs: now,
+    }));
+    if (!outcome.ok) return fail(outcome.error);
+    const lease = projection.state.leases.get(outcome.grant.leaseId);
+    if (!lease)
+      return fail(
+        new LeaseError('NOT_READY', 'the grant is not folded yet; retry with the same idempotency key'),
+      );
+    // A replay hands the secret back only to whoever presented it in the first place.
+    const showSecret = !outcome.replayed || lease.secretHash === secretHash;
+    return {
+      ok: true as const,
+      result: {
+        lease: leaseView(lease),
+        replayed: outcome.replayed,
+        ...(showSecret ? { holderSecret } : {}),
+      },
+    };
+  };
+
+  /** Renew, release and revoke: decide on the lease as folded, append conditional on its last sequence. */
+  const lifecycle = async (leaseId: string, command: (nowMs: number) => LeaseCommand) => {
+    for (let attempt = 0; attempt < LIFECYCLE_ATTEMPTS; attempt++) {
+      const decision = decide(projection.state, command(nowMs()), policy);
+      if (!decision.ok) return fail(decision.error);
+      const event = decision.events[0];
+      const lease = projection.state.leases.get(leaseId)!;
+      if (!event) return { ok: true as const, result: { lease: leaseView(lease) } };
+      const appended = await writer.append(event, lease.lastSubjectSeq);
+      if (appended.ok) {
+        if (event.type === 'LeaseRenewed') metrics.renewals += 1;
+        else if (event.type === 'LeaseReleased') metrics.releases += 1;
+        else if (event.type === 'LeaseRevoked') metrics.revocations += 1;
+        return {
+          ok: true as const,
+          result: { lease: leaseView(projection.state.leases.get(leaseId) ?? lease) },
+        };
+      }
+      if (!appended.conflict) return fail(appended.error);
+      await projection.catchUp();
+    }
+    return fail(
+      leaseError('STALE_VIEW', `lease ${leaseId} kept changing under ${LIFECYCLE_ATTEMPTS} attempts; retry`),
+    );
+  };
+
+  const renew = (request: z.infer<typeof RenewRequestV1>) =>
+    lifecycle(request.leaseId, (now) => ({
+      type: 'RenewLease',
+      leaseId: request.leaseId,
+      secretHash: hashSecret(request.holderSecret),
+      ttlMs: request.ttlMs,
+      nowMs: now,
+    }));
+
+  const release = (request: z.infer<typeof ReleaseRequestV1>) =>
+    lifecycle(request.leaseId, (now) => ({
+      type: 'ReleaseLease',
+      leaseId: request.leaseId,
+      secretHash: hashSecret(request.holderSecret),
+      detail: request.detail,
+      nowMs: now,
+    }));
+
+  const revoke = (request: z.infer<typeof RevokeRequestV1>) =>
+    lifecycle(request.leaseId, (now) => ({
+      type: 'RevokeLease',
+      leaseId: request.leaseId,
+      reason: request.reason,
+      graceMs: 0,
+      actor: request.actor,
+      detail: request.detail,
+      nowMs: now,
+    }));
+
+  const get = async (request: z.infer<typeof GetRequestV1>) => {
+    const lease = projection.state.leases.get(request.leaseId);
+    if (!lease)
+      return fail(leaseError('UNKNOWN_LEASE', `no lease ${request.leaseId}`, { leaseId: request.leaseId }));
+    return { ok: true as const, result: { lease: leaseView(lease) } };
+  };
+
+  const list = async (request: z.infer<typeof ListRequestV1>) => {
+    const max = request.max ?? LIST_LEASES_MAX;
+    const leases = [];
+    let total = 0;
+    for (const lease of projection.state.leases.values()) {
+      if (!matchesFilter(lease, request)) continue;
+      total += 1;
+      if (leases.length < max) leases.push(leaseView(lease));
+    }
+    return { ok: true as const, result: { leases, total, truncated: total > leases.length } };
+  };
+
+  const defineLimit = async (request: z.infer<typeof DefineLimitRequestV1>) => {
+    const outcome = await admission.changeLimits((now) => ({ type: 'DefineLimit', ...request, nowMs: now }));
+    if (!outcome.ok) return fail(outcome.error);
+    return { ok: true as const, result: { limit: limitView(projection.state, request.limit) } };
+  };
+
+  const removeLimit = async (request: z.infer<typeof RemoveLimitRequestV1>) => {
+    const outcome = await admission.changeLimits((now) => ({ type: 'RemoveLimit', ...request, nowMs: now }));
+    if (!outcome.ok) return fail(outcome.error);
+    return { ok: true as const, result: { limit: limitView(projection.state, request.limit) } };
+  };
+
+  const setRequesterLimit = async (request: z.infer<typeof SetRequesterLimitRequestV1>) => {
+    const outcome = await admission.changeLimits((now) => ({
+      type: 'SetRequesterLimit',
+      ...request,
+      nowMs: now,
+    }));
+    if (!outcome.ok) return fail(outcome.error);
+    return { ok: true as const, result: { requester: request.requester, leasesMax: request.leasesMax } };
+  };
+
+  const listLimits = async () => ({
+    ok: true as const,
+    result: {
+      limits: limitViews(projection.state),
+      defaultLeasesPerRequester: projection.state.defaultLeasesMax,
+      requesterLimits: Object.fromEntries(projection.state.requesterLimits),
+    },
+  });
+
+  return {
+    acquire,
+    renew,
+    release,
+    revoke,
+    get,
+    list,
+    defineLimit,
+    removeLimit,
+    setRequesterLimit,
+    listLimits,
+  };
+};
