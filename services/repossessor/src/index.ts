@@ -1,1 +1,3 @@
-export {};
+export * from './config.js';
+export * from './deadline-index.js';
+export * from './repossessor.js';
