@@ -1,6 +1,7 @@
 export * from './clock.js';
 export * from './codec.js';
 export * from './errors.js';
+export * from './json-schemas.js';
 export * from './lease/commands.js';
 export * from './lease/decide.js';
 export * from './lease/events.js';

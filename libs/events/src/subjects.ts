@@ -61,3 +61,7 @@ export const leaseStreamConfig = (options: { replicas?: number } = {}) => ({
   deny_delete: true,
   deny_purge: false,
 });
+
+/** Object store bucket holding projection snapshots; the object is replaced by each newer snapshot. */
+export const SNAPSHOT_BUCKET = 'LEASE_SNAPSHOTS';
+export const SNAPSHOT_OBJECT = 'projection-v1';

@@ -1,4 +1,4 @@
-import { connectBus, ensureLeaseStream, Projection } from '@lease/bus';
+import { connectBus, ensureLeaseStream, Projection, SnapshotStore, scheduleSnapshots } from '@lease/bus';
 import {
   AcquireRequestV1,
   COMMAND_SUBJECTS,
@@ -52,13 +52,18 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
   const nowMs = deps.nowMs ?? Date.now;
   const nc =
     deps.nc ?? (await connectBus({ servers: config.natsUrl, name: `${SERVICE_NAME}:${config.instance}` }));
-  await ensureLeaseStream(nc, { replicas: config.streamReplicas });
+  const stream = await ensureLeaseStream(nc, { replicas: config.streamReplicas });
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);
   const metrics = new GatewayMetrics();
+  const snapshots = await SnapshotStore.open(nc, { replicas: config.streamReplicas });
+  const snapshot = await snapshots.load(stream.state.last_seq);
+  if (!snapshot.found && snapshot.reason !== 'none')
+    logger.warn({ reason: snapshot.reason }, 'ignored the snapshot');
   const projection = new Projection({
     js,
     jsm,
+    ...(snapshot.found ? { from: snapshot.state } : {}),
     onProblem: (seq, subject, problem, message) =>
       logger.warn({ seq, subject, problem }, `skipped an event the gateway cannot decode: ${message}`),
   });
@@ -139,16 +144,28 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
   logger.info(
     {
       foldedSeq: projection.state.lastSeq,
+      fromSnapshotSeq: snapshot.found ? snapshot.state.lastSeq : null,
       liveLeases: projection.state.liveCount,
       replayMs: Date.now() - started,
     },
     'gateway ready',
+  );
+  const stopSnapshots = scheduleSnapshots(
+    () => (projection.ready ? projection.state : undefined),
+    snapshots,
+    {
+      everyMs: config.snapshotEveryMs,
+      minEvents: config.snapshotMinEvents,
+      onSaved: (saved) => logger.info(saved, 'snapshot written'),
+      onError: (error) => logger.warn({ err: error }, 'snapshot failed'),
+    },
   );
 
   return {
     projection,
     metrics,
     async stop() {
+      stopSnapshots();
       await service.stop().catch(() => undefined);
       await projection.stop();
       if (!deps.nc) await nc.drain().catch(() => undefined);

@@ -34,7 +34,9 @@ export type RepossessorConfig = Readonly<{
 export const loadRepossessorConfig = (env: NodeJS.ProcessEnv = process.env): RepossessorConfig => {
   const parsed = RepossessorConfigSchema.safeParse(env);
   if (!parsed.success) {
-    const problems = parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ');
+    const problems = parsed.error.issues
+      .map((issue) => `${issue.path.join('.')}: ${issue.message}`)
+      .join('; ');
     throw new Error(`repossessor configuration is invalid: ${problems}`);
   }
   const e = parsed.data;

@@ -1,4 +1,4 @@
-import { appendEvent, connectBus, ensureLeaseStream, Projection } from '@lease/bus';
+import { appendEvent, connectBus, ensureLeaseStream, Projection, SnapshotStore } from '@lease/bus';
 import { decide, type LeaseRevoked, type StoredEvent } from '@lease/events';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Svcm } from '@nats-io/services';
@@ -44,8 +44,16 @@ export class RepossessorMetrics {
 
   snapshot(extra: Record<string, unknown>): Record<string, unknown> {
     const sorted = [...this.lags].sort((a, b) => a - b);
-    const at = (q: number) => (sorted.length === 0 ? null : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]);
-    return { revoked: this.revoked, rejected: this.rejected, failed: this.failed, lagP50Ms: at(0.5), lagP99Ms: at(0.99), ...extra };
+    const at = (q: number) =>
+      sorted.length === 0 ? null : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+    return {
+      revoked: this.revoked,
+      rejected: this.rejected,
+      failed: this.failed,
+      lagP50Ms: at(0.5),
+      lagP99Ms: at(0.99),
+      ...extra,
+    };
   }
 }
 
@@ -64,34 +72,51 @@ export interface Repossessor {
 export const createRepossessor = async (deps: RepossessorDeps): Promise<Repossessor> => {
   const { config, logger } = deps;
   const nowMs = deps.nowMs ?? Date.now;
-  const nc = deps.nc ?? (await connectBus({ servers: config.natsUrl, name: `${SERVICE_NAME}:${config.instance}` }));
-  await ensureLeaseStream(nc, { replicas: config.streamReplicas });
+  const nc =
+    deps.nc ?? (await connectBus({ servers: config.natsUrl, name: `${SERVICE_NAME}:${config.instance}` }));
+  const stream = await ensureLeaseStream(nc, { replicas: config.streamReplicas });
+  // The repossessor reads the gateways' snapshots; it writes none of its own.
+  const snapshot = await (await SnapshotStore.open(nc, { replicas: config.streamReplicas })).load(
+    stream.state.last_seq,
+  );
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);
   const metrics = new RepossessorMetrics();
   const index = new DeadlineIndex();
   const inflight = new Set<string>();
   const { graceMs } = config;
+  /** The first millisecond at which a lease may be revoked as expired: past its deadline plus grace. */
+  const revocableAt = (lease: { deadlineMs: number }) => lease.deadlineMs + graceMs + 1;
 
   // While replaying, the index is not fed event by event: it is built once from the live
   // leases when the replay is done, so a long history costs nothing here.
   const indexEvent = ({ event }: StoredEvent) => {
     if (!projection.ready) return;
-    if (event.type === 'LeasesGranted') for (const grant of event.grants) index.push(grant.deadlineMs + graceMs, grant.leaseId);
-    else if (event.type === 'LeaseRenewed') index.push(event.deadlineMs + graceMs, event.leaseId);
+    if (event.type === 'LeasesGranted')
+      for (const grant of event.grants) index.push(revocableAt(grant), grant.leaseId);
+    else if (event.type === 'LeaseRenewed') index.push(revocableAt(event), event.leaseId);
   };
   const projection = new Projection({
     js,
     jsm,
+    ...(snapshot.found ? { from: snapshot.state } : {}),
     onEvent: indexEvent,
-    onProblem: (seq, subject, problem, message) => logger.warn({ seq, subject, problem }, `skipped an undecodable event: ${message}`),
+    onProblem: (seq, subject, problem, message) =>
+      logger.warn({ seq, subject, problem }, `skipped an undecodable event: ${message}`),
   });
 
-  const mine = (leaseId: string) => config.shard.count === 1 || shardOf(leaseId, config.shard.count) === config.shard.index;
+  const mine = (leaseId: string) =>
+    config.shard.count === 1 || shardOf(leaseId, config.shard.count) === config.shard.index;
 
   const revoke = async (leaseId: string, dueMs: number): Promise<void> => {
     const now = nowMs();
-    const decision = decide(projection.state, { type: 'RevokeLease', leaseId, reason: 'expired', graceMs, nowMs: now });
+    const decision = decide(projection.state, {
+      type: 'RevokeLease',
+      leaseId,
+      reason: 'expired',
+      graceMs,
+      nowMs: now,
+    });
     if (!decision.ok) return; // ended meanwhile, or renewed: a newer entry is in the index
     const event = decision.events[0] as LeaseRevoked;
     await deps.hooks?.beforeAppend?.(leaseId, event);
@@ -121,13 +146,15 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
       const entry = index.popDue(now);
       if (!entry) break;
       const lease = projection.state.leases.get(entry.leaseId);
-      if (lease?.status !== 'live' || lease.deadlineMs + graceMs > now || inflight.has(entry.leaseId)) continue;
-      if (!mine(entry.leaseId) && now < lease.deadlineMs + graceMs + config.takeoverMs) {
-        index.push(lease.deadlineMs + graceMs + config.takeoverMs, entry.leaseId);
+      // An entry older than the lease's current deadline was superseded by a renewal's entry.
+      if (lease?.status !== 'live' || entry.dueMs < revocableAt(lease) || inflight.has(entry.leaseId))
+        continue;
+      if (!mine(entry.leaseId) && now < revocableAt(lease) + config.takeoverMs) {
+        index.push(revocableAt(lease) + config.takeoverMs, entry.leaseId);
         continue;
       }
       inflight.add(entry.leaseId);
-      batch.push(revoke(entry.leaseId, lease.deadlineMs + graceMs).finally(() => inflight.delete(entry.leaseId)));
+      batch.push(revoke(entry.leaseId, revocableAt(lease)).finally(() => inflight.delete(entry.leaseId)));
     }
     await Promise.all(batch);
   };
@@ -142,7 +169,8 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
         logger.error({ err: error }, 'repossessor tick failed');
       }
       const next = index.peekDueMs();
-      const waitMs = next === undefined ? config.tickMs : Math.max(0, Math.min(config.tickMs, next - nowMs()));
+      const waitMs =
+        next === undefined ? config.tickMs : Math.max(0, Math.min(config.tickMs, next - nowMs()));
       if (waitMs > 0 || index.size === 0) {
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, Math.max(waitMs, 1));
@@ -161,15 +189,23 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
     description: 'Revokes expired leases with conditional appends',
     metadata: { instance: config.instance },
     statsHandler: async () =>
-      metrics.snapshot({ ready: projection.ready, foldedSeq: projection.state.lastSeq, indexed: index.size, liveLeases: projection.state.liveCount }),
+      metrics.snapshot({
+        ready: projection.ready,
+        foldedSeq: projection.state.lastSeq,
+        indexed: index.size,
+        liveLeases: projection.state.liveCount,
+      }),
   });
 
   const started = Date.now();
   await projection.start();
   for (const lease of projection.state.leases.values()) {
-    if (lease.status === 'live') index.push(lease.deadlineMs + graceMs, lease.leaseId);
+    if (lease.status === 'live') index.push(revocableAt(lease), lease.leaseId);
   }
-  logger.info({ foldedSeq: projection.state.lastSeq, indexed: index.size, replayMs: Date.now() - started }, 'repossessor ready');
+  logger.info(
+    { foldedSeq: projection.state.lastSeq, indexed: index.size, replayMs: Date.now() - started },
+    'repossessor ready',
+  );
   const running = loop();
 
   return {
