@@ -35,7 +35,7 @@ const FAILOVER_WRITERS_DURING = 10;
 const DURABILITY_MESSAGES = 200;
 const POLL_INTERVAL_MS = 50;
 /** Short, so that polling through an election tries again soon. */
-const API_POLL_TIMEOUT_MS = 1_000;
+const API_POLL_TIMEOUT_MS = 500;
 const LEADER_WAIT_MS = 15_000;
 const REPLICAS_AGREE_WAIT_MS = 10_000;
 

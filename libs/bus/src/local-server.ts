@@ -20,10 +20,11 @@ const PROBE_TIMEOUT_MS = 1_000;
 const STOP_GRACE_MS = 5_000;
 const EXIT_WAIT_MS = 5_000;
 const VERSION_PROBE_TIMEOUT_MS = 5_000;
-const STDERR_TAIL_LINES = 40;
+const OUTPUT_TAIL_LINES = 40;
 const REPO_WALK_LEVELS_MAX = 12;
 /** A free port can be taken by someone else between finding it and the server binding it. */
 const START_ATTEMPTS_MAX = 3;
+const CLUSTER_SIZE_MAX = 9;
 const CONFIG_FILE_NAME = 'nats-server.conf';
 const ENSURE_SCRIPT = join('scripts', 'ensure-nats.sh');
 const PROJECT_BINARY = join('.tools', 'nats-server', 'pkg', 'usr', 'sbin', 'nats-server');
@@ -438,7 +439,8 @@ class LocalNatsServer implements NatsServerHandle {
         },
       });
     } catch (error) {
-      await this.kill9();
+      // The reason it did not start matters more than a failure to kill it.
+      await this.kill9().catch(() => undefined);
       throw new Error(
         `nats-server ${this.serverName} (${this.url}, config ${this.configPath}) did not become ready: ` +
           `${(error as Error).message}\n--- last output ---\n${this.outputTail()}`,
@@ -501,8 +503,8 @@ class LocalNatsServer implements NatsServerHandle {
       .split('\n')
       .filter((line) => line !== '');
     this.#outputTail.push(...lines);
-    if (this.#outputTail.length > STDERR_TAIL_LINES)
-      this.#outputTail.splice(0, this.#outputTail.length - STDERR_TAIL_LINES);
+    if (this.#outputTail.length > OUTPUT_TAIL_LINES)
+      this.#outputTail.splice(0, this.#outputTail.length - OUTPUT_TAIL_LINES);
   }
 }
 
@@ -593,6 +595,9 @@ export const waitForClusterReady = async (
  * resolves once the cluster has a meta leader (so a replicated stream can be created).
  */
 export const startLocalCluster = async (options: LocalClusterOptions): Promise<NatsClusterHandle> => {
+  if (!Number.isInteger(options.size) || options.size < 1 || options.size > CLUSTER_SIZE_MAX) {
+    throw new Error(`a local cluster has 1 to ${CLUSTER_SIZE_MAX} nodes, not ${options.size}`);
+  }
   for (let attempt = 1; ; attempt++) {
     try {
       return await startClusterOnce(options);

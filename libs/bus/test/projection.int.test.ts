@@ -1,28 +1,11 @@
-import {
-  COMMAND_SUBJECTS,
-  decodeEvent,
-  fold,
-  initialState,
-  leaseSubject,
-  STREAM_NAME,
-  type StoredEvent,
-} from '@lease/events';
+import { decodeEvent, fold, initialState, leaseSubject, STREAM_NAME, type StoredEvent } from '@lease/events';
 import { DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNats } from '../../../test/harness/nats.js';
 import { connectTest, eventually, startGateway } from '../../../test/harness/services.js';
+import { callGateway } from '../../../test/harness/wire.js';
 import { appendEvent, ensureLeaseStream, Projection } from '../src/index.js';
-
-type Reply = { ok: true; result: any } | { ok: false; error: { code: string } };
-const call = async (
-  nc: NatsConnection,
-  verb: keyof typeof COMMAND_SUBJECTS,
-  body: unknown,
-): Promise<Reply> => {
-  const msg = await nc.request(COMMAND_SUBJECTS[verb], JSON.stringify(body), { timeout: 10_000 });
-  return JSON.parse(new TextDecoder().decode(msg.data)) as Reply;
-};
 
 const readStored = async (nc: NatsConnection): Promise<StoredEvent[]> => {
   const js = jetstream(nc);
@@ -55,22 +38,23 @@ describe('the projection on a real nats-server', () => {
   it('rebuilds from the stream exactly the state the live gateway folded', async () => {
     const gateway = await startGateway(nats.url);
     try {
-      await call(nc, 'defineLimit', { limit: 'cpu', slotsMax: 6 });
-      await call(nc, 'setRequesterLimit', { requester: '*', leasesMax: 2 });
+      await callGateway(nc, 'defineLimit', { limit: 'cpu', slotsMax: 6 });
+      await callGateway(nc, 'setRequesterLimit', { requester: '*', leasesMax: 2 });
       const held: { leaseId: string; holderSecret: string }[] = [];
       for (let i = 0; i < 30; i++) {
-        const reply = await call(nc, 'acquire', {
+        const reply = await callGateway(nc, 'acquire', {
           requester: `r${i % 5}`,
           slots: [{ limit: 'cpu', count: 1 + (i % 2) }],
           ttlMs: 60_000,
           idempotencyKey: `k${i}`,
         });
         if (reply.ok)
-          held.push({ leaseId: reply.result.lease.leaseId, holderSecret: reply.result.holderSecret });
+          held.push({ leaseId: reply.result.lease.leaseId, holderSecret: reply.result.holderSecret! });
         const victim = held[i % Math.max(held.length, 1)];
-        if (victim && i % 3 === 0) await call(nc, 'renew', victim);
-        if (victim && i % 4 === 0) await call(nc, 'release', victim);
-        if (victim && i % 7 === 0) await call(nc, 'revoke', { leaseId: victim.leaseId, reason: 'admin' });
+        if (victim && i % 3 === 0) await callGateway(nc, 'renew', victim);
+        if (victim && i % 4 === 0) await callGateway(nc, 'release', victim);
+        if (victim && i % 7 === 0)
+          await callGateway(nc, 'revoke', { leaseId: victim.leaseId, reason: 'admin' });
       }
       const live = gateway.projection.state;
       expect(live.lastSeq).toBeGreaterThan(20);
@@ -96,8 +80,8 @@ describe('the projection on a real nats-server', () => {
   it('skips, counts and survives an undecodable event, and still tracks its subject for the next append', async () => {
     const gateway = await startGateway(nats.url);
     try {
-      await call(nc, 'defineLimit', { limit: 'junk', slotsMax: 1 });
-      const acquired = await call(nc, 'acquire', {
+      await callGateway(nc, 'defineLimit', { limit: 'junk', slotsMax: 1 });
+      const acquired = await callGateway(nc, 'acquire', {
         requester: 'junk-holder',
         slots: [{ limit: 'junk', count: 1 }],
         ttlMs: 60_000,
@@ -108,7 +92,7 @@ describe('the projection on a real nats-server', () => {
       await js.publish(leaseSubject(leaseId), new TextEncoder().encode('{"type":"LeaseTeleported","v":1}'));
       await js.publish(leaseSubject(leaseId), new Uint8Array([0xff, 0x00, 0x13]));
       await eventually(() => gateway.projection.problems === 2);
-      const renewed = await call(nc, 'renew', { leaseId, holderSecret: acquired.result.holderSecret });
+      const renewed = await callGateway(nc, 'renew', { leaseId, holderSecret: acquired.result.holderSecret });
       expect(renewed).toMatchObject({ ok: true, result: { lease: { renewals: 1 } } });
     } finally {
       await gateway.stop();

@@ -1,29 +1,13 @@
 import { appendEvent, ensureLeaseStream } from '@lease/bus';
-import { COMMAND_SUBJECTS, type LeaseEvent, STREAM_NAME } from '@lease/events';
+import { type LeaseEvent, STREAM_NAME } from '@lease/events';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Svcm } from '@nats-io/services';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNats } from '../../../test/harness/nats.js';
 import { connectTest, eventually, startGateway } from '../../../test/harness/services.js';
+import { callGateway, resultOf } from '../../../test/harness/wire.js';
 
-type Reply =
-  | { ok: true; result: any }
-  | { ok: false; error: { code: string; retryable: boolean; message: string } };
-
-const call = async (
-  nc: NatsConnection,
-  verb: keyof typeof COMMAND_SUBJECTS,
-  body: unknown,
-): Promise<Reply> => {
-  const data = typeof body === 'string' ? body : JSON.stringify(body);
-  const msg = await nc.request(COMMAND_SUBJECTS[verb], data, { timeout: 10_000 });
-  return JSON.parse(new TextDecoder().decode(msg.data)) as Reply;
-};
-const ok = (reply: Reply) => {
-  if (!reply.ok) throw new Error(`${reply.error.code}: ${reply.error.message}`);
-  return reply.result;
-};
 const secret = (n: number | string) => `secret-${n}-0123456789abcdef`;
 
 describe('the gateway on a real nats-server', () => {
@@ -43,11 +27,11 @@ describe('the gateway on a real nats-server', () => {
   });
 
   it('answers every malformed or invalid request with a typed, final error', async () => {
-    expect(await call(nc, 'acquire', '{"requester":')).toMatchObject({
+    expect(await callGateway(nc, 'acquire', '{"requester":')).toMatchObject({
       ok: false,
       error: { code: 'INVALID_REQUEST', retryable: false },
     });
-    expect(await call(nc, 'acquire', { requester: 'r', slots: [], ttlMs: 1000 })).toMatchObject({
+    expect(await callGateway(nc, 'acquire', { requester: 'r', slots: [], ttlMs: 1000 })).toMatchObject({
       ok: false,
       error: { code: 'INVALID_REQUEST' },
     });
@@ -57,24 +41,27 @@ describe('the gateway on a real nats-server', () => {
       ttlMs: 5000,
       metadata: { pad: 'x'.repeat(70_000) },
     });
-    expect(await call(nc, 'acquire', big)).toMatchObject({ ok: false, error: { code: 'PAYLOAD_TOO_LARGE' } });
+    expect(await callGateway(nc, 'acquire', big)).toMatchObject({
+      ok: false,
+      error: { code: 'PAYLOAD_TOO_LARGE' },
+    });
     expect(
-      await call(nc, 'acquire', { requester: 'r', slots: [{ limit: 'nope', count: 1 }], ttlMs: 5000 }),
+      await callGateway(nc, 'acquire', { requester: 'r', slots: [{ limit: 'nope', count: 1 }], ttlMs: 5000 }),
     ).toMatchObject({
       ok: false,
       error: { code: 'UNKNOWN_LIMIT' },
     });
-    expect(await call(nc, 'renew', { leaseId: 'nope', holderSecret: secret(0) })).toMatchObject({
+    expect(await callGateway(nc, 'renew', { leaseId: 'nope', holderSecret: secret(0) })).toMatchObject({
       ok: false,
       error: { code: 'UNKNOWN_LEASE' },
     });
   });
 
   it('grants exactly the slots a limit has to 200 concurrent acquires spread over two replicas', async () => {
-    ok(await call(nc, 'defineLimit', { limit: 'five', slotsMax: 5 }));
+    resultOf(await callGateway(nc, 'defineLimit', { limit: 'five', slotsMax: 5 }));
     const replies = await Promise.all(
       Array.from({ length: 200 }, (_, i) =>
-        call(nc, 'acquire', {
+        callGateway(nc, 'acquire', {
           requester: `many-${i}`,
           slots: [{ limit: 'five', count: 1 }],
           ttlMs: 60_000,
@@ -96,11 +83,21 @@ describe('the gateway on a real nats-server', () => {
   });
 
   it('refuses a second lease to a requester holding its one allowed lease, on either replica', async () => {
-    ok(await call(nc, 'defineLimit', { limit: 'wide', slotsMax: 100 }));
-    ok(await call(nc, 'acquire', { requester: 'solo', slots: [{ limit: 'wide', count: 1 }], ttlMs: 60_000 }));
+    resultOf(await callGateway(nc, 'defineLimit', { limit: 'wide', slotsMax: 100 }));
+    resultOf(
+      await callGateway(nc, 'acquire', {
+        requester: 'solo',
+        slots: [{ limit: 'wide', count: 1 }],
+        ttlMs: 60_000,
+      }),
+    );
     const again = await Promise.all(
       Array.from({ length: 10 }, () =>
-        call(nc, 'acquire', { requester: 'solo', slots: [{ limit: 'wide', count: 1 }], ttlMs: 60_000 }),
+        callGateway(nc, 'acquire', {
+          requester: 'solo',
+          slots: [{ limit: 'wide', count: 1 }],
+          ttlMs: 60_000,
+        }),
       ),
     );
     for (const reply of again)
@@ -109,8 +106,8 @@ describe('the gateway on a real nats-server', () => {
   });
 
   it('renews, refuses a stranger, releases, and answers a late renewal with the final released code', async () => {
-    const { lease, holderSecret } = ok(
-      await call(nc, 'acquire', {
+    const { lease, holderSecret } = resultOf(
+      await callGateway(nc, 'acquire', {
         requester: 'cycle',
         slots: [{ limit: 'wide', count: 2 }],
         ttlMs: 10_000,
@@ -118,35 +115,41 @@ describe('the gateway on a real nats-server', () => {
       }),
     );
     expect(lease).toMatchObject({ status: 'live', metadata: { job: 'j-1' } });
-    const renewed = ok(
-      await call(nc, 'renew', { leaseId: lease.leaseId, holderSecret, ttlMs: 20_000 }),
+    const renewed = resultOf(
+      await callGateway(nc, 'renew', { leaseId: lease.leaseId, holderSecret, ttlMs: 20_000 }),
     ).lease;
     expect(renewed.deadlineMs).toBeGreaterThan(lease.deadlineMs);
     expect(
-      await call(nc, 'renew', { leaseId: lease.leaseId, holderSecret: secret('stranger') }),
+      await callGateway(nc, 'renew', { leaseId: lease.leaseId, holderSecret: secret('stranger') }),
     ).toMatchObject({
       ok: false,
       error: { code: 'FORBIDDEN' },
     });
-    expect(await call(nc, 'renew', { leaseId: lease.leaseId, holderSecret, ttlMs: 10 })).toMatchObject({
-      ok: false,
-      error: { code: 'TTL_OUT_OF_RANGE' },
-    });
-    expect(ok(await call(nc, 'release', { leaseId: lease.leaseId, holderSecret })).lease.status).toBe(
-      'released',
+    expect(await callGateway(nc, 'renew', { leaseId: lease.leaseId, holderSecret, ttlMs: 10 })).toMatchObject(
+      {
+        ok: false,
+        error: { code: 'TTL_OUT_OF_RANGE' },
+      },
     );
-    expect(await call(nc, 'renew', { leaseId: lease.leaseId, holderSecret })).toMatchObject({
+    expect(
+      resultOf(await callGateway(nc, 'release', { leaseId: lease.leaseId, holderSecret })).lease.status,
+    ).toBe('released');
+    expect(await callGateway(nc, 'renew', { leaseId: lease.leaseId, holderSecret })).toMatchObject({
       ok: false,
       error: { code: 'LEASE_RELEASED', retryable: false },
     });
   });
 
   it('lets an admin revoke a lease, after which its holder hears the final revoked code', async () => {
-    const { lease, holderSecret } = ok(
-      await call(nc, 'acquire', { requester: 'victim', slots: [{ limit: 'wide', count: 1 }], ttlMs: 30_000 }),
+    const { lease, holderSecret } = resultOf(
+      await callGateway(nc, 'acquire', {
+        requester: 'victim',
+        slots: [{ limit: 'wide', count: 1 }],
+        ttlMs: 30_000,
+      }),
     );
-    const revoked = ok(
-      await call(nc, 'revoke', {
+    const revoked = resultOf(
+      await callGateway(nc, 'revoke', {
         leaseId: lease.leaseId,
         reason: 'admin',
         actor: 'ops',
@@ -154,15 +157,15 @@ describe('the gateway on a real nats-server', () => {
       }),
     );
     expect(revoked.lease).toMatchObject({ status: 'revoked', revokeReason: 'admin' });
-    expect(await call(nc, 'renew', { leaseId: lease.leaseId, holderSecret })).toMatchObject({
+    expect(await callGateway(nc, 'renew', { leaseId: lease.leaseId, holderSecret })).toMatchObject({
       ok: false,
       error: { code: 'LEASE_REVOKED' },
     });
   });
 
   it('refuses a caller-chosen lease id in use, slots beyond a limit, and oversize metadata', async () => {
-    ok(
-      await call(nc, 'acquire', {
+    resultOf(
+      await callGateway(nc, 'acquire', {
         requester: 'chooser',
         leaseId: 'chosen-1',
         slots: [{ limit: 'wide', count: 1 }],
@@ -175,9 +178,12 @@ describe('the gateway on a real nats-server', () => {
       slots: [{ limit: 'wide', count: 1 }],
       ttlMs: 30_000,
     };
-    expect(await call(nc, 'acquire', reuse)).toMatchObject({ ok: false, error: { code: 'LEASE_ID_IN_USE' } });
+    expect(await callGateway(nc, 'acquire', reuse)).toMatchObject({
+      ok: false,
+      error: { code: 'LEASE_ID_IN_USE' },
+    });
     const tooMany = { requester: 'greedy', slots: [{ limit: 'wide', count: 101 }], ttlMs: 30_000 };
-    expect(await call(nc, 'acquire', tooMany)).toMatchObject({
+    expect(await callGateway(nc, 'acquire', tooMany)).toMatchObject({
       ok: false,
       error: { code: 'SLOTS_EXCEED_LIMIT' },
     });
@@ -187,44 +193,46 @@ describe('the gateway on a real nats-server', () => {
       ttlMs: 30_000,
       metadata: { pad: 'x'.repeat(4_000) },
     };
-    expect(await call(nc, 'acquire', fat)).toMatchObject({
+    expect(await callGateway(nc, 'acquire', fat)).toMatchObject({
       ok: false,
       error: { code: 'METADATA_TOO_LARGE' },
     });
   });
 
   it('manages limits and requester limits, refusing changes that live leases forbid', async () => {
-    expect(ok(await call(nc, 'defineLimit', { limit: 'tmp', slotsMax: 2 })).limit).toMatchObject({
-      slotsMax: 2,
-      used: 0,
-    });
-    ok(
-      await call(nc, 'acquire', {
+    expect(resultOf(await callGateway(nc, 'defineLimit', { limit: 'tmp', slotsMax: 2 })).limit).toMatchObject(
+      {
+        slotsMax: 2,
+        used: 0,
+      },
+    );
+    resultOf(
+      await callGateway(nc, 'acquire', {
         requester: 'tmp-user',
         slots: [{ limit: 'tmp', count: 2 }],
         ttlMs: 30_000,
       }),
     );
-    expect(await call(nc, 'defineLimit', { limit: 'tmp', slotsMax: 1 })).toMatchObject({
+    expect(await callGateway(nc, 'defineLimit', { limit: 'tmp', slotsMax: 1 })).toMatchObject({
       ok: false,
       error: { code: 'LIMIT_IN_USE' },
     });
-    expect(await call(nc, 'removeLimit', { limit: 'tmp' })).toMatchObject({
+    expect(await callGateway(nc, 'removeLimit', { limit: 'tmp' })).toMatchObject({
       ok: false,
       error: { code: 'LIMIT_IN_USE' },
     });
-    expect(await call(nc, 'removeLimit', { limit: 'never' })).toMatchObject({
+    expect(await callGateway(nc, 'removeLimit', { limit: 'never' })).toMatchObject({
       ok: false,
       error: { code: 'UNKNOWN_LIMIT' },
     });
-    ok(await call(nc, 'setRequesterLimit', { requester: 'tmp-user', leasesMax: 3 }));
-    const listed = ok(await call(nc, 'listLimits', {}));
+    resultOf(await callGateway(nc, 'setRequesterLimit', { requester: 'tmp-user', leasesMax: 3 }));
+    const listed = resultOf(await callGateway(nc, 'listLimits', {}));
     expect(listed.requesterLimits).toMatchObject({ 'tmp-user': 3 });
     expect(listed.limits.find((l: { limit: string }) => l.limit === 'tmp')).toMatchObject({
       used: 2,
       free: 0,
     });
-    const mine = ok(await call(nc, 'list', { requester: 'tmp-user' }));
+    const mine = resultOf(await callGateway(nc, 'list', { requester: 'tmp-user' }));
     expect(mine).toMatchObject({ total: 1, truncated: false });
   });
 
@@ -236,18 +244,18 @@ describe('the gateway on a real nats-server', () => {
       idempotencyKey: 'job-42',
       holderSecret: secret('idem'),
     };
-    const first = ok(await call(nc, 'acquire', body));
+    const first = resultOf(await callGateway(nc, 'acquire', body));
     const fresh = await startGateway(nats.url);
     gateways.push(fresh);
     for (let i = 0; i < 4; i++) {
-      const again = ok(await call(nc, 'acquire', body));
+      const again = resultOf(await callGateway(nc, 'acquire', body));
       expect(again).toMatchObject({
         replayed: true,
         holderSecret: first.holderSecret,
         lease: { leaseId: first.lease.leaseId },
       });
     }
-    const other = await call(nc, 'acquire', { ...body, slots: [{ limit: 'wide', count: 2 }] });
+    const other = await callGateway(nc, 'acquire', { ...body, slots: [{ limit: 'wide', count: 2 }] });
     expect(other).toMatchObject({ ok: false, error: { code: 'IDEMPOTENCY_KEY_REUSED' } });
     expect(fresh.projection.state.liveByRequester.get('idem')).toBe(1);
   });
@@ -268,7 +276,8 @@ describe('the gateway on a real nats-server', () => {
 
   it('reports its counters through the NATS services protocol, from every replica', async () => {
     const replies = await new Svcm(nc).client({ strategy: 'timer', maxWait: 1_000 }).stats('lease-gateway');
-    const all: { name: string; endpoints: { data: Record<string, any> }[] }[] = [];
+    type Counters = { ready: boolean; anomalies: number; grants: number; rejections: Record<string, number> };
+    const all: { name: string; endpoints: { data: Counters }[] }[] = [];
     for await (const reply of replies) all.push(reply as never);
     expect(all).toHaveLength(gateways.length);
     const data = all.map((reply) => reply.endpoints[0]!.data);

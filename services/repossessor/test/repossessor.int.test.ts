@@ -1,25 +1,10 @@
-import { COMMAND_SUBJECTS, decodeEvent, type LeaseEvent, STREAM_NAME } from '@lease/events';
+import { decodeEvent, type LeaseEvent, STREAM_NAME } from '@lease/events';
 import { DeliverPolicy, jetstream } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNats } from '../../../test/harness/nats.js';
 import { connectTest, eventually, startGateway, startRepossessor } from '../../../test/harness/services.js';
-
-type Reply =
-  | { ok: true; result: any }
-  | { ok: false; error: { code: string; retryable: boolean; message: string } };
-const call = async (
-  nc: NatsConnection,
-  verb: keyof typeof COMMAND_SUBJECTS,
-  body: unknown,
-): Promise<Reply> => {
-  const msg = await nc.request(COMMAND_SUBJECTS[verb], JSON.stringify(body), { timeout: 10_000 });
-  return JSON.parse(new TextDecoder().decode(msg.data)) as Reply;
-};
-const ok = (reply: Reply) => {
-  if (!reply.ok) throw new Error(`${reply.error.code}: ${reply.error.message}`);
-  return reply.result;
-};
+import { callGateway, resultOf } from '../../../test/harness/wire.js';
 
 /** Every event of the log, in order, read straight from the stream. */
 const readLog = async (nc: NatsConnection): Promise<{ seq: number; event: LeaseEvent }[]> => {
@@ -58,7 +43,7 @@ describe('the repossessor on a real nats-server', () => {
     nats = await startNats();
     nc = await connectTest(nats.url);
     gateway = await startGateway(nats.url, { TTL_MIN_MS: '200' });
-    ok(await call(nc, 'defineLimit', { limit: 'gpu', slotsMax: 10 }));
+    resultOf(await callGateway(nc, 'defineLimit', { limit: 'gpu', slotsMax: 10 }));
   });
   afterAll(async () => {
     await gateway?.stop();
@@ -69,9 +54,9 @@ describe('the repossessor on a real nats-server', () => {
   for (const racer of ['renew', 'release'] as const) {
     it(`loses cleanly to a ${racer} appended after it decided and before it appended`, async () => {
       const limit = `race-${racer}`;
-      ok(await call(nc, 'defineLimit', { limit, slotsMax: 2 }));
-      const { lease, holderSecret } = ok(
-        await call(nc, 'acquire', { requester: limit, slots: [{ limit, count: 2 }], ttlMs: 30_000 }),
+      resultOf(await callGateway(nc, 'defineLimit', { limit, slotsMax: 2 }));
+      const { lease, holderSecret } = resultOf(
+        await callGateway(nc, 'acquire', { requester: limit, slots: [{ limit, count: 2 }], ttlMs: 30_000 }),
       );
       const decided = gate();
       const proceed = gate();
@@ -96,7 +81,7 @@ describe('the repossessor on a real nats-server', () => {
       );
       try {
         await decided.opened;
-        const raced = ok(await call(nc, racer, { leaseId: lease.leaseId, holderSecret }));
+        const raced = resultOf(await callGateway(nc, racer, { leaseId: lease.leaseId, holderSecret }));
         proceed.open();
         await eventually(() => repossessor.metrics.rejected === 1);
         const now = gateway.projection.state.leases.get(lease.leaseId)!;
@@ -122,15 +107,15 @@ describe('the repossessor on a real nats-server', () => {
     const graceMs = 300;
     const repossessor = await startRepossessor(nats.url, { GRACE_MS: String(graceMs), TICK_MS: '50' });
     try {
-      const silent = ok(
-        await call(nc, 'acquire', {
+      const silent = resultOf(
+        await callGateway(nc, 'acquire', {
           requester: 'lonely',
           holder: 'worker-a',
           slots: [{ limit: 'gpu', count: 1 }],
           ttlMs: 500,
         }),
       );
-      const refused = await call(nc, 'acquire', {
+      const refused = await callGateway(nc, 'acquire', {
         requester: 'lonely',
         holder: 'worker-b',
         slots: [{ limit: 'gpu', count: 1 }],
@@ -139,7 +124,7 @@ describe('the repossessor on a real nats-server', () => {
       expect(refused).toMatchObject({ ok: false, error: { code: 'REQUESTER_LIMIT_REACHED' } });
       const granted = await eventually(
         async () => {
-          const reply = await call(nc, 'acquire', {
+          const reply = await callGateway(nc, 'acquire', {
             requester: 'lonely',
             holder: 'worker-b',
             slots: [{ limit: 'gpu', count: 1 }],
@@ -160,7 +145,7 @@ describe('the repossessor on a real nats-server', () => {
         decidedAgainstSeq: 0,
       });
       expect(
-        await call(nc, 'renew', { leaseId: silent.lease.leaseId, holderSecret: silent.holderSecret }),
+        await callGateway(nc, 'renew', { leaseId: silent.lease.leaseId, holderSecret: silent.holderSecret }),
       ).toMatchObject({
         ok: false,
         error: { code: 'LEASE_REVOKED', retryable: false },
@@ -173,7 +158,7 @@ describe('the repossessor on a real nats-server', () => {
   it('revokes leases that expired while it was stopped within 1 s of its start', async () => {
     const leases = await Promise.all(
       Array.from({ length: 20 }, (_, i) =>
-        call(nc, 'acquire', {
+        callGateway(nc, 'acquire', {
           requester: `offline-${i}`,
           slots: [{ limit: 'gpu', count: 0 + 1 }],
           ttlMs: 200,
@@ -211,20 +196,20 @@ describe('two repossessors and 5,000 leases expiring together', () => {
     const gateway = await startGateway(nats.url, { TTL_MIN_MS: '100' });
     const repossessors: Awaited<ReturnType<typeof startRepossessor>>[] = [];
     try {
-      ok(await call(nc, 'defineLimit', { limit: 'pool', slotsMax: 5_000 }));
+      resultOf(await callGateway(nc, 'defineLimit', { limit: 'pool', slotsMax: 5_000 }));
       const ids: string[] = [];
       const inFlight = 200;
       for (let start = 0; start < 5_000; start += inFlight) {
         const replies = await Promise.all(
           Array.from({ length: inFlight }, (_, i) =>
-            call(nc, 'acquire', {
+            callGateway(nc, 'acquire', {
               requester: `bulk-${start + i}`,
               slots: [{ limit: 'pool', count: 1 }],
               ttlMs: 3_000,
             }),
           ),
         );
-        for (const reply of replies) ids.push(ok(reply).lease.leaseId);
+        for (const reply of replies) ids.push(resultOf(reply).lease.leaseId);
       }
       repossessors.push(
         await startRepossessor(nats.url, { GRACE_MS: '0', SHARD: '0/2', TAKEOVER_MS: '0' }),
