@@ -83,8 +83,15 @@ export class Admission {
   }
 
   private async runLimit(pending: Extract<Pending, { kind: 'limit' }>): Promise<void> {
+    let confirmed = false;
     for (let attempt = 0; attempt < ADMISSION_ATTEMPTS; attempt++) {
       const decision = decide(this.projection.state, pending.command(this.nowMs()), this.policy);
+      if (!decision.ok && !confirmed) {
+        // A refusal may come from a view that lags another replica: confirm it on a caught-up one.
+        if (!(await this.projection.catchUp())) return pending.resolve({ ok: false, error: lagging() });
+        confirmed = true;
+        continue;
+      }
       if (!decision.ok) return pending.resolve(decision);
       const event = decision.events[0];
       if (!event) return pending.resolve({ ok: true });
@@ -99,6 +106,7 @@ export class Admission {
   private async runAcquires(batch: Extract<Pending, { kind: 'acquire' }>[]): Promise<void> {
     const commands = batch.map((pending) => pending.command(this.nowMs()));
     const settled: (AcquireOutcome | undefined)[] = batch.map(() => undefined);
+    let confirmed = false;
     for (let attempt = 0; attempt < ADMISSION_ATTEMPTS; attempt++) {
       const open = commands.map((_, index) => index).filter((index) => settled[index] === undefined);
       // A grant of ours may already be in the log (an append whose acknowledgement was lost).
@@ -113,6 +121,16 @@ export class Admission {
         pending.map((index) => commands[index]!),
         this.policy,
       );
+      if (!confirmed && outcomes.some((outcome) => !outcome.ok)) {
+        // Refusals are answered only from a view caught up with the log: a limit defined or a
+        // slot freed through another replica a moment ago must count.
+        if (!(await this.projection.catchUp())) {
+          for (const index of pending) settled[index] = { ok: false, error: lagging() };
+          break;
+        }
+        confirmed = true;
+        continue;
+      }
       if (!event) {
         pending.forEach((index, at) => {
           settled[index] = outcomes[at];
@@ -146,6 +164,9 @@ export class Admission {
       : undefined;
   }
 }
+
+const lagging = () =>
+  new LeaseError('NOT_READY', 'this replica could not catch up with the log in time; retry');
 
 const contended = () =>
   new LeaseError('STALE_VIEW', `admission stayed contended for ${ADMISSION_ATTEMPTS} attempts; retry`);

@@ -45,6 +45,7 @@ const newSecret = (): string => randomBytes(24).toString('base64url');
 const newLeaseId = (): string => randomUUID().replaceAll('-', '');
 
 const fail = (error: LeaseError): Result<never> => ({ ok: false, error });
+const lagging = () => leaseError('NOT_READY', 'this replica could not catch up with the log in time; retry');
 
 /** The gateway's verbs: validated input in, a result or a typed error out. No business rule lives here. */
 export const createCommands = (deps: CommandDeps) => {
@@ -87,8 +88,15 @@ export const createCommands = (deps: CommandDeps) => {
 
   /** Renew, release and revoke: decide on the lease as folded, append conditional on its last sequence. */
   const lifecycle = async (leaseId: string, command: (nowMs: number) => LeaseCommand) => {
+    let confirmed = false;
     for (let attempt = 0; attempt < LIFECYCLE_ATTEMPTS; attempt++) {
       const decision = decide(projection.state, command(nowMs()), policy);
+      if (!decision.ok && !confirmed) {
+        // Never answer "unknown lease" (final) from a view that lags another replica's grant.
+        if (!(await projection.catchUp())) return fail(lagging());
+        confirmed = true;
+        continue;
+      }
       if (!decision.ok) return fail(decision.error);
       const event = decision.events[0];
       const lease = projection.state.leases.get(leaseId)!;
@@ -141,6 +149,8 @@ export const createCommands = (deps: CommandDeps) => {
     }));
 
   const get = async (request: z.infer<typeof GetRequestV1>) => {
+    if (!projection.state.leases.has(request.leaseId) && !(await projection.catchUp()))
+      return fail(lagging());
     const lease = projection.state.leases.get(request.leaseId);
     if (!lease)
       return fail(leaseError('UNKNOWN_LEASE', `no lease ${request.leaseId}`, { leaseId: request.leaseId }));
