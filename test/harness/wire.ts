@@ -1,5 +1,6 @@
 import {
   AcquireResultV1,
+  CancelResultV1,
   COMMAND_SUBJECTS,
   ErrorReplyV1,
   LeaseListResultV1,
@@ -18,6 +19,7 @@ import type { z } from 'zod';
  */
 const RESULTS = {
   acquire: AcquireResultV1,
+  cancel: CancelResultV1,
   renew: LeaseResultV1,
   release: LeaseResultV1,
   revoke: LeaseResultV1,

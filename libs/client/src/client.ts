@@ -2,6 +2,8 @@ import { randomBytes } from 'node:crypto';
 import {
   AcquireRequestV1,
   AcquireResultV1,
+  CancelRequestV1,
+  CancelResultV1,
   type Clock,
   COMMAND_SUBJECTS,
   DefineLimitRequestV1,
@@ -110,6 +112,8 @@ export interface LeaseClient {
   readonly timeoutMs: number;
   /** Sends a holder secret of its own (generated unless given) so that a retry can keep the lease. */
   acquire(request: AcquireRequest, options?: AcquireCallOptions): Promise<Lease>;
+  /** Ends the wait of an acquire sent with `waitMs` (and this `leaseId` and secret): it answers WAIT_CANCELLED. */
+  cancel(waiting: Pick<Lease, 'leaseId' | 'holderSecret'>, options?: CallOptions): Promise<void>;
   renew(lease: Lease, options?: RenewCallOptions): Promise<Lease>;
   release(lease: Pick<Lease, 'leaseId' | 'holderSecret'>, options?: ReleaseCallOptions): Promise<LeaseView>;
   revoke(request: RevokeRequest, options?: CallOptions): Promise<LeaseView>;
@@ -322,9 +326,20 @@ export const createLeaseClient = (options: LeaseClientOptions): LeaseClient => {
       return grantedLease(
         result,
         holderSecret,
-        sentAtMonotonicMs,
+        // A grant decided after a wait in the gateway's queue runs from then, not from the send.
+        sentAtMonotonicMs + (result.waitedMs ?? 0),
         request.ttlMs,
         opts?.firstSentAtMonotonicMs,
+      );
+    },
+
+    async cancel(waiting, opts) {
+      await roundTrip(
+        COMMAND_SUBJECTS.cancel,
+        CancelRequestV1,
+        { leaseId: waiting.leaseId, holderSecret: waiting.holderSecret },
+        CancelResultV1,
+        timeoutOf(opts),
       );
     },
 

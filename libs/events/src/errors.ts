@@ -90,6 +90,16 @@ export const ERROR_CODES = {
     kind: 'capacity',
     meaning: 'The requester already holds as many live leases as it may.',
   },
+  WAIT_TIMEOUT: {
+    retryable: true,
+    kind: 'capacity',
+    meaning: 'The acquire waited its whole waitMs without getting its slots.',
+  },
+  WAIT_CANCELLED: {
+    retryable: false,
+    kind: 'gone',
+    meaning: 'The waiting acquire was cancelled.',
+  },
   STALE_VIEW: {
     retryable: true,
     kind: 'conflict',

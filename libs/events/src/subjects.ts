@@ -27,6 +27,7 @@ export const subjectFor = (event: LeaseEvent): string =>
 export const COMMAND_PREFIX = 'lease.cmd';
 export const COMMAND_SUBJECTS = {
   acquire: `${COMMAND_PREFIX}.acquire`,
+  cancel: `${COMMAND_PREFIX}.cancel`,
   renew: `${COMMAND_PREFIX}.renew`,
   release: `${COMMAND_PREFIX}.release`,
   revoke: `${COMMAND_PREFIX}.revoke`,

@@ -4,6 +4,7 @@ import {
   type AcquireLease,
   decide,
   decideAcquisitions,
+  decideQueue,
   evolve,
   fold,
   initialState,
@@ -47,6 +48,8 @@ type Step =
   | { kind: 'revoke'; writer: number; lease: number; reason: 'expired' | 'admin' }
   | { kind: 'resize'; writer: number; limit: number; slotsMax: number }
   | { kind: 'requesterLimit'; writer: number; requester: number | null; leasesMax: number }
+  | { kind: 'wait'; writer: number; requester: number; limit: number }
+  | { kind: 'serveHead'; writer: number }
   | { kind: 'catchUp'; writer: number; events: number }
   | { kind: 'advance'; ms: number };
 
@@ -111,6 +114,16 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
       leasesMax: fc.integer({ min: 1, max: 3 }),
     }),
   },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      kind: fc.constant('wait' as const),
+      writer,
+      requester: fc.nat(3),
+      limit: fc.nat(1),
+    }),
+  },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('serveHead' as const), writer }) },
   {
     weight: 3,
     arbitrary: fc.record({
@@ -257,6 +270,34 @@ const run = (steps: Step[], skewsMs: number[]) => {
               step.requesters.map((r) => acquireCommand(r, step.limit, 1, 5_000, nowMs)),
             ).event,
         );
+        break;
+      case 'wait':
+        // An acquire that may wait: granted now, or queued behind earlier waiters.
+        attempt(step.writer, (v, nowMs) => {
+          const command = {
+            ...acquireCommand(step.requester, step.limit, 1, 5_000, nowMs),
+            waitUntilMs: nowMs + 5_000,
+          };
+          return decideAcquisitions(v, [command]).event ?? decideQueue(v, [command]).event;
+        });
+        break;
+      case 'serveHead':
+        // The head waiter's owner tries it again, as a gateway does when slots may have freed.
+        attempt(step.writer, (v, nowMs) => {
+          const head = [...v.waiters.values()][0];
+          if (!head) return null;
+          const command: AcquireLease = {
+            type: 'AcquireLease',
+            leaseId: head.leaseId,
+            leaseIdChosen: false,
+            requester: head.requester,
+            slots: head.slots,
+            ttlMs: 5_000,
+            secretHash: head.secretHash,
+            nowMs,
+          };
+          return decideAcquisitions(v, [command]).event;
+        });
         break;
       case 'renew':
         attempt(step.writer, (v, nowMs) =>

@@ -14,6 +14,8 @@ export const GatewayConfigSchema = z.object({
   REQUEST_BYTES_MAX: int(REQUEST_BYTES_MAX),
   /** Acquires decided in one pass and carried by one append (group commit). */
   ADMISSION_BATCH_MAX: z.coerce.number().int().min(1).max(1_000).default(256),
+  /** The longest an acquire may wait for slots; longer waits asked for are cut to it. */
+  WAIT_MAX_MS: z.coerce.number().int().min(0).max(3_600_000).default(600_000),
   SNAPSHOT_EVERY_MS: z.coerce.number().int().min(100).default(30_000),
   SNAPSHOT_MIN_EVENTS: z.coerce.number().int().min(1).default(10_000),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -26,6 +28,7 @@ export type GatewayConfig = Readonly<{
   policy: { ttlMinMs: number; ttlMaxMs: number; metadataMaxBytes: number };
   requestBytesMax: number;
   admissionBatchMax: number;
+  waitMaxMs: number;
   snapshotEveryMs: number;
   snapshotMinEvents: number;
   logLevel: z.infer<typeof GatewayConfigSchema>['LOG_LEVEL'];
@@ -53,6 +56,7 @@ export const loadGatewayConfig = (env: NodeJS.ProcessEnv = process.env): Gateway
     }),
     requestBytesMax: e.REQUEST_BYTES_MAX,
     admissionBatchMax: e.ADMISSION_BATCH_MAX,
+    waitMaxMs: e.WAIT_MAX_MS,
     snapshotEveryMs: e.SNAPSHOT_EVERY_MS,
     snapshotMinEvents: e.SNAPSHOT_MIN_EVENTS,
     logLevel: e.LOG_LEVEL,

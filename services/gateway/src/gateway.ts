@@ -1,6 +1,7 @@
 import { connectBus, ensureLeaseStream, Projection, SnapshotStore, scheduleSnapshots } from '@lease/bus';
 import {
   AcquireRequestV1,
+  CancelRequestV1,
   COMMAND_SUBJECTS,
   DefineLimitRequestV1,
   GetRequestV1,
@@ -21,6 +22,7 @@ import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { Admission } from './adapters/admission.js';
 import { LogWriter } from './adapters/log-writer.js';
+import { Waiting } from './adapters/waiting.js';
 import type { GatewayConfig } from './config.js';
 import { createCommands, type Result } from './handlers/commands.js';
 import { GatewayMetrics } from './metrics.js';
@@ -64,6 +66,7 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
     js,
     jsm,
     ...(snapshot.found ? { from: snapshot.state } : {}),
+    onEvent: (stored) => waiting?.onEvent(stored),
     onProblem: (seq, subject, problem, message) =>
       logger.warn({ seq, subject, problem }, `skipped an event the gateway cannot decode: ${message}`),
   });
@@ -77,7 +80,18 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
     metrics,
     logger,
   );
-  const commands = createCommands({ projection, admission, writer, policy: config.policy, metrics, nowMs });
+  const waiting: Waiting = new Waiting(projection, admission, nowMs, logger);
+  const commands = createCommands({
+    projection,
+    admission,
+    waiting,
+    writer,
+    policy: config.policy,
+    metrics,
+    nowMs,
+    instance: config.instance,
+    waitMaxMs: config.waitMaxMs,
+  });
 
   const service = await new Svcm(nc).add({
     name: SERVICE_NAME,
@@ -129,6 +143,7 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
   };
 
   endpoint(COMMAND_SUBJECTS.acquire, AcquireRequestV1, commands.acquire);
+  endpoint(COMMAND_SUBJECTS.cancel, CancelRequestV1, commands.cancel);
   endpoint(COMMAND_SUBJECTS.renew, RenewRequestV1, commands.renew);
   endpoint(COMMAND_SUBJECTS.release, ReleaseRequestV1, commands.release);
   endpoint(COMMAND_SUBJECTS.revoke, RevokeRequestV1, commands.revoke);
@@ -166,6 +181,7 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
     metrics,
     async stop() {
       stopSnapshots();
+      waiting.stop();
       await service.stop().catch(() => undefined);
       await projection.stop();
       if (!deps.nc) await nc.drain().catch(() => undefined);

@@ -40,6 +40,19 @@ export interface AcquireLease {
   readonly secretHash: string;
   readonly idempotencyKey?: string | undefined;
   readonly metadata?: z.infer<typeof Metadata> | undefined;
+  /** When set and later than now, an acquire that finds no free slots may wait in the queue until then. */
+  readonly waitUntilMs?: number | undefined;
+  /** The gateway replica that holds the request while it waits. */
+  readonly owner?: string | undefined;
+  readonly nowMs: number;
+}
+
+/** Ends a wait: the client cancelled it, its owner timed it out, or it can never be granted. */
+export interface EndWait {
+  readonly type: 'EndWait';
+  readonly leaseId: string;
+  readonly secretHash: string;
+  readonly reason: 'cancelled' | 'timed-out' | 'refused';
   readonly nowMs: number;
 }
 
@@ -79,7 +92,8 @@ export type LeaseCommand =
   | AcquireLease
   | RenewLease
   | ReleaseLease
-  | RevokeLease;
+  | RevokeLease
+  | EndWait;
 
 /** Bounds that are policy, not history: they are checked when deciding, never when folding. */
 export interface Policy {
@@ -87,6 +101,9 @@ export interface Policy {
   readonly ttlMaxMs: number;
   readonly metadataMaxBytes: number;
 }
+
+/** Waiters one limit may have in its queue; past it an acquire is refused at once. */
+export const WAITERS_PER_LIMIT_MAX = 1_000;
 
 export const DEFAULT_POLICY: Policy = Object.freeze({
   ttlMinMs: 1_000,

@@ -2,6 +2,7 @@ import { type LeaseError, leaseError } from '../errors.js';
 import type {
   AcquireLease,
   DefineLimit,
+  EndWait,
   LeaseCommand,
   Policy,
   ReleaseLease,
@@ -10,8 +11,8 @@ import type {
   RevokeLease,
   SetRequesterLimit,
 } from './commands.js';
-import { DEFAULT_POLICY } from './commands.js';
-import type { Grant, LeaseEvent, LeasesGranted } from './events.js';
+import { DEFAULT_POLICY, WAITERS_PER_LIMIT_MAX } from './commands.js';
+import type { AcquiresQueued, Grant, LeaseEvent, LeasesGranted, Waiter } from './events.js';
 import { requestersOverLimit } from './evolve.js';
 import {
   idempotencyIndexKey,
@@ -19,6 +20,7 @@ import {
   type LeaseState,
   leasesMaxFor,
   liveLeasesOf,
+  waitersAhead,
 } from './state.js';
 
 export type Decision = { ok: true; events: LeaseEvent[] } | { ok: false; error: LeaseError };
@@ -63,6 +65,8 @@ export const decide = (
       return decideRelease(state, command);
     case 'RevokeLease':
       return decideRevoke(state, command);
+    case 'EndWait':
+      return decideEndWait(state, command);
     default: {
       const unknown: never = command;
       return refuse(leaseError('INVALID_REQUEST', `unknown command ${JSON.stringify(unknown)}`));
@@ -207,7 +211,9 @@ const decideAcquire = (
       return { ok: true, grant: replay, replayed: true };
     }
   }
-  if (state.leases.has(command.leaseId) || pass.byId.has(command.leaseId)) {
+  const waiting = state.waiters.get(command.leaseId);
+  const ownWait = waiting !== undefined && isOwnWait(waiting, command);
+  if (state.leases.has(command.leaseId) || pass.byId.has(command.leaseId) || (waiting && !ownWait)) {
     return refuse(
       leaseError('LEASE_ID_IN_USE', `lease id ${command.leaseId} is in use`, { leaseId: command.leaseId }),
     );
@@ -254,6 +260,15 @@ const decideAcquire = (
           leasesMax,
         },
       ),
+    );
+  }
+  // First come, first served per limit: nobody overtakes a waiter that still holds its place.
+  const ahead = waitersAhead(state, command.leaseId, command.slots, command.nowMs, (id) => pass.byId.has(id));
+  if (ahead > 0) {
+    return refuse(
+      leaseError('NO_CAPACITY', `${ahead} waiting acquires are ahead on these limits`, {
+        queuedAhead: ahead,
+      }),
     );
   }
   for (const claim of command.slots) {
@@ -306,6 +321,95 @@ export const grantOf = (lease: LeaseRecord): Grant => ({
   ...(lease.idempotencyKey !== undefined ? { idempotencyKey: lease.idempotencyKey } : {}),
   ...(lease.metadata !== undefined ? { metadata: lease.metadata } : {}),
 });
+
+const isOwnWait = (waiter: { requester: string; secretHash: string }, command: AcquireLease): boolean =>
+  waiter.requester === command.requester && waiter.secretHash === command.secretHash;
+
+export type QueueOutcome =
+  | { ok: true; waiter: Waiter; alreadyQueued: boolean }
+  | { ok: false; error: LeaseError };
+
+export interface QueueDecision {
+  readonly event: AcquiresQueued | null;
+  readonly outcomes: QueueOutcome[];
+}
+
+/**
+ * Puts acquires that found no free slots into their limits' queues, in order, as one
+ * event. An acquire already waiting (its request came back through another replica) keeps
+ * its place. Call it for acquires `decideAcquisitions` refused with NO_CAPACITY.
+ */
+export const decideQueue = (state: LeaseState, commands: readonly AcquireLease[]): QueueDecision => {
+  const queued: Waiter[] = [];
+  const perLimit = new Map<string, number>();
+  for (const waiter of state.waiters.values()) {
+    for (const claim of waiter.slots) perLimit.set(claim.limit, (perLimit.get(claim.limit) ?? 0) + 1);
+  }
+  const outcomes = commands.map((command): QueueOutcome => {
+    const existing = state.waiters.get(command.leaseId);
+    if (existing && isOwnWait(existing, command)) {
+      const { queuedSeq: _seq, owner, ...rest } = existing;
+      return {
+        ok: true,
+        alreadyQueued: true,
+        waiter: { ...rest, slots: rest.slots.map((c) => ({ ...c })), ...(owner ? { owner } : {}) },
+      };
+    }
+    if (command.waitUntilMs === undefined || command.waitUntilMs <= command.nowMs) {
+      return refuse(leaseError('NO_CAPACITY', 'no free slots, and the acquire does not wait'));
+    }
+    if (existing || state.leases.has(command.leaseId) || queued.some((w) => w.leaseId === command.leaseId)) {
+      return refuse(
+        leaseError('LEASE_ID_IN_USE', `lease id ${command.leaseId} is in use`, { leaseId: command.leaseId }),
+      );
+    }
+    const full = command.slots.find((claim) => (perLimit.get(claim.limit) ?? 0) >= WAITERS_PER_LIMIT_MAX);
+    if (full) {
+      return refuse(
+        leaseError('NO_CAPACITY', `the queue of ${full.limit} is full (${WAITERS_PER_LIMIT_MAX} waiting)`, {
+          limit: full.limit,
+        }),
+      );
+    }
+    for (const claim of command.slots) perLimit.set(claim.limit, (perLimit.get(claim.limit) ?? 0) + 1);
+    const waiter: Waiter = {
+      leaseId: command.leaseId,
+      requester: command.requester,
+      slots: command.slots.map((claim) => ({ limit: claim.limit, count: claim.count })),
+      secretHash: command.secretHash,
+      expiresAtMs: command.waitUntilMs,
+      ...(command.owner !== undefined ? { owner: command.owner } : {}),
+    };
+    queued.push(waiter);
+    return { ok: true, alreadyQueued: false, waiter };
+  });
+  if (queued.length === 0) return { event: null, outcomes };
+  const nowMs = Math.max(...commands.map((c) => c.nowMs));
+  return { event: { type: 'AcquiresQueued', v: 1, atMs: nowMs, waiters: queued }, outcomes };
+};
+
+const decideEndWait = (state: LeaseState, command: EndWait): Decision => {
+  const waiter = state.waiters.get(command.leaseId);
+  if (!waiter) {
+    return refuse(
+      leaseError('UNKNOWN_LEASE', `no acquire is waiting as ${command.leaseId}`, {
+        leaseId: command.leaseId,
+      }),
+    );
+  }
+  if (waiter.secretHash !== command.secretHash) {
+    return refuse(
+      leaseError('FORBIDDEN', `the wait ${command.leaseId} is someone else's`, { leaseId: command.leaseId }),
+    );
+  }
+  return accept({
+    type: 'WaitEnded',
+    v: 1,
+    atMs: command.nowMs,
+    leaseId: command.leaseId,
+    reason: command.reason,
+  });
+};
 
 const sameClaims = (a: Grant['slots'], b: readonly { limit: string; count: number }[]): boolean =>
   a.length === b.length &&

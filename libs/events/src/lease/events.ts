@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import type {
+  AcquiresQueuedV1,
   GrantV1,
   LeaseEventV1,
   LeaseReleasedV1,
@@ -10,6 +11,8 @@ import type {
   LimitRemovedV1,
   LimitResizedV1,
   RequesterLimitSetV1,
+  WaitEndedV1,
+  WaiterV1,
 } from '../schemas/events.v1.js';
 
 /** The current shape of every event: what `evolve` sees after the upcasters ran. */
@@ -24,6 +27,9 @@ export type LeasesGranted = z.infer<typeof LeasesGrantedV1>;
 export type LeaseRenewed = z.infer<typeof LeaseRenewedV1>;
 export type LeaseReleased = z.infer<typeof LeaseReleasedV1>;
 export type LeaseRevoked = z.infer<typeof LeaseRevokedV1>;
+export type Waiter = z.infer<typeof WaiterV1>;
+export type AcquiresQueued = z.infer<typeof AcquiresQueuedV1>;
+export type WaitEnded = z.infer<typeof WaitEndedV1>;
 
 export const EVENT_VERSION = 1 as const;
 
@@ -39,4 +45,6 @@ export const isAdmissionEvent = (event: LeaseEvent): boolean =>
   event.type === 'LimitResized' ||
   event.type === 'LimitRemoved' ||
   event.type === 'RequesterLimitSet' ||
-  event.type === 'LeasesGranted';
+  event.type === 'LeasesGranted' ||
+  event.type === 'AcquiresQueued' ||
+  event.type === 'WaitEnded';

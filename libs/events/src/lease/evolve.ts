@@ -1,5 +1,5 @@
 import { ADMISSION_SUBJECT, leaseIdOfSubject } from '../subjects.js';
-import type { Grant, LeaseEvent, StoredEvent } from './events.js';
+import type { Grant, LeaseEvent, StoredEvent, Waiter } from './events.js';
 import {
   ANOMALIES_KEPT,
   type Anomaly,
@@ -28,10 +28,23 @@ export const evolve = (state: LeaseState, stored: StoredEvent): LeaseState => {
     case 'RequesterLimitSet':
       state.admissionSeq = seq;
       foldLimitEvent(state, seq, event);
+      pruneWaiters(state, event.atMs);
       return state;
     case 'LeasesGranted':
       state.admissionSeq = seq;
       for (const grant of event.grants) foldGrant(state, seq, event.atMs, grant);
+      pruneWaiters(state, event.atMs);
+      return state;
+    case 'AcquiresQueued':
+      state.admissionSeq = seq;
+      for (const waiter of event.waiters) foldQueued(state, seq, waiter);
+      pruneWaiters(state, event.atMs);
+      return state;
+    case 'WaitEnded':
+      state.admissionSeq = seq;
+      // A wait that ended in a grant, then timed out at its owner, is no contradiction.
+      state.waiters.delete(event.leaseId);
+      pruneWaiters(state, event.atMs);
       return state;
     case 'LeaseRenewed':
     case 'LeaseReleased':
@@ -172,6 +185,38 @@ const foldGrant = (state: LeaseState, seq: number, atMs: number, grant: Grant): 
   if (grant.idempotencyKey !== undefined) {
     state.idempotency.set(idempotencyIndexKey(grant.requester, grant.idempotencyKey), grant.leaseId);
   }
+  state.waiters.delete(grant.leaseId);
+};
+
+const foldQueued = (state: LeaseState, seq: number, waiter: Waiter): void => {
+  const anomaly = (kind: Anomaly['kind'], message: string, limit?: string) =>
+    record(state, {
+      seq,
+      eventType: 'AcquiresQueued',
+      kind,
+      message,
+      leaseId: waiter.leaseId,
+      ...(limit ? { limit } : {}),
+    });
+  if (state.leases.has(waiter.leaseId) || state.waiters.has(waiter.leaseId)) {
+    return anomaly('DUPLICATE_LEASE_ID', `lease id ${waiter.leaseId} is already used or waiting`);
+  }
+  const unknown = waiter.slots.find((claim) => !state.limits.has(claim.limit));
+  if (unknown) return anomaly('UNKNOWN_LIMIT', `waiter on undefined limit ${unknown.limit}`, unknown.limit);
+  state.waiters.set(waiter.leaseId, {
+    leaseId: waiter.leaseId,
+    requester: waiter.requester,
+    slots: waiter.slots,
+    secretHash: waiter.secretHash,
+    expiresAtMs: waiter.expiresAtMs,
+    owner: waiter.owner,
+    queuedSeq: seq,
+  });
+};
+
+/** Waiters past their expiry hold no place any more; dropping them at event time keeps replay deterministic. */
+const pruneWaiters = (state: LeaseState, atMs: number): void => {
+  for (const [leaseId, waiter] of state.waiters) if (waiter.expiresAtMs < atMs) state.waiters.delete(leaseId);
 };
 
 type LeaseLifecycleEvent = Extract<LeaseEvent, { type: 'LeaseRenewed' | 'LeaseReleased' | 'LeaseRevoked' }>;

@@ -45,6 +45,20 @@ export const SnapshotV1 = z.object({
   requesterLimits: z.array(z.tuple([z.string(), z.number()])),
   /** Live leases and kept ended ones, ended ones in the order they ended. */
   leases: z.array(LeaseRecordJson),
+  /** Waiters in queue order (added after the first snapshots: absent means none). */
+  waiters: z
+    .array(
+      z.object({
+        leaseId: z.string(),
+        requester: z.string(),
+        slots: z.array(z.object({ limit: z.string(), count: z.number() })),
+        secretHash: z.string(),
+        expiresAtMs: z.number(),
+        owner: z.string().optional(),
+        queuedSeq: z.number(),
+      }),
+    )
+    .default([]),
   anomalyCount: z.number().int().nonnegative(),
   anomalies: z.array(
     z.object({
@@ -72,6 +86,7 @@ export const snapshotOf = (state: LeaseState): Snapshot => {
     limits: [...state.limits].map(([name, limit]) => [name, limit.slotsMax, limit.used]),
     requesterLimits: [...state.requesterLimits],
     leases: [...live, ...ended].map(withoutUndefined),
+    waiters: [...state.waiters.values()].map((waiter) => JSON.parse(JSON.stringify(waiter))),
     anomalyCount: state.anomalyCount,
     anomalies: state.anomalies.map((anomaly) => ({ ...anomaly })),
   };
@@ -122,6 +137,7 @@ export const stateFromSnapshot = (json: unknown): Restored => {
       state.idempotency.set(idempotencyIndexKey(lease.requester, lease.idempotencyKey), lease.leaseId);
     }
   }
+  for (const waiter of snap.waiters) state.waiters.set(waiter.leaseId, { ...waiter, owner: waiter.owner });
   state.anomalyCount = snap.anomalyCount;
   state.anomalies.push(...(snap.anomalies as LeaseState['anomalies']));
   return { ok: true, state };

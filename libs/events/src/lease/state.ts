@@ -47,6 +47,17 @@ export const ANOMALY_KINDS = [
 ] as const;
 export type AnomalyKind = (typeof ANOMALY_KINDS)[number];
 
+export interface WaiterRecord {
+  readonly leaseId: string;
+  readonly requester: string;
+  readonly slots: readonly SlotClaim[];
+  readonly secretHash: string;
+  readonly expiresAtMs: number;
+  readonly owner: string | undefined;
+  /** Admission sequence that queued it: the queue's order. */
+  readonly queuedSeq: number;
+}
+
 /** An event the fold refused to apply because it breaks an invariant: the audit reports it. */
 export interface Anomaly {
   readonly seq: number;
@@ -81,6 +92,8 @@ export interface LeaseState {
   readonly liveByRequester: Map<string, number>;
   readonly requesterLimits: Map<string, number>;
   defaultLeasesMax: number;
+  /** Acquires waiting for slots, in queue order (insertion order is admission order). */
+  readonly waiters: Map<string, WaiterRecord>;
   /** `${requester}\u0000${idempotencyKey}` to lease id. */
   readonly idempotency: Map<string, string>;
   liveCount: number;
@@ -97,6 +110,7 @@ export const initialState = (): LeaseState => ({
   endedOrder: new Set(),
   liveByRequester: new Map(),
   requesterLimits: new Map(),
+  waiters: new Map(),
   defaultLeasesMax: DEFAULT_LEASES_PER_REQUESTER,
   idempotency: new Map(),
   liveCount: 0,
@@ -119,6 +133,23 @@ export const freeSlots = (state: LeaseState, limit: string): number => {
 
 /** A lease counts against its limits until its release or revocation is folded, deadline or not. */
 export const isLive = (lease: LeaseRecord | undefined): lease is LeaseRecord => lease?.status === 'live';
+
+/** Waiters that hold their place at `nowMs`, ahead of `leaseId` (all of them when it is not queued), sharing a limit with `slots`. */
+export const waitersAhead = (
+  state: LeaseState,
+  leaseId: string,
+  slots: readonly SlotClaim[],
+  nowMs: number,
+  skip?: (leaseId: string) => boolean,
+): number => {
+  let ahead = 0;
+  for (const waiter of state.waiters.values()) {
+    if (waiter.leaseId === leaseId) break;
+    if (waiter.expiresAtMs <= nowMs || skip?.(waiter.leaseId)) continue;
+    if (waiter.slots.some((claim) => slots.some((wanted) => wanted.limit === claim.limit))) ahead += 1;
+  }
+  return ahead;
+};
 
 export function* liveLeases(state: LeaseState): Generator<LeaseRecord> {
   for (const lease of state.leases.values()) if (lease.status === 'live') yield lease;

@@ -65,6 +65,9 @@ export const SetRequesterLimitRequestV1 = z.strictObject({
   actor: Name.optional(),
 });
 
+/** Cancels an acquire that is waiting for slots: its holder secret proves it is the caller's. */
+export const CancelRequestV1 = z.strictObject({ leaseId: LeaseId, holderSecret: HolderSecret });
+
 export const GetRequestV1 = z.strictObject({ leaseId: LeaseId });
 
 export const LIST_LEASES_MAX = 1_000;

@@ -94,6 +94,32 @@ export const LeaseRevokedV1 = z.object({
   detail: z.string().max(512).optional(),
 });
 
+/** An acquire waiting for slots, in the order of the admission log (first come, first served per limit). */
+export const WaiterV1 = z.object({
+  /** The id the lease will have when granted; also what a cancellation names. */
+  leaseId: LeaseId,
+  requester: RequesterId,
+  slots: SlotClaims,
+  secretHash: z.string().regex(/^[0-9a-f]{64}$/),
+  /** After this the waiter no longer holds its place, even if nobody appended its end. */
+  expiresAtMs: Millis,
+  /** The gateway replica holding the waiting request. */
+  owner: Name.optional(),
+});
+
+export const AcquiresQueuedV1 = z.object({
+  type: z.literal('AcquiresQueued'),
+  ...base,
+  waiters: z.array(WaiterV1).min(1),
+});
+
+export const WaitEndedV1 = z.object({
+  type: z.literal('WaitEnded'),
+  ...base,
+  leaseId: LeaseId,
+  reason: z.enum(['cancelled', 'timed-out', 'refused']),
+});
+
 export const LeaseEventV1 = z.discriminatedUnion('type', [
   LimitDefinedV1,
   LimitResizedV1,
@@ -103,4 +129,6 @@ export const LeaseEventV1 = z.discriminatedUnion('type', [
   LeaseRenewedV1,
   LeaseReleasedV1,
   LeaseRevokedV1,
+  AcquiresQueuedV1,
+  WaitEndedV1,
 ]);

@@ -39,7 +39,13 @@ export const AcquireResultV1 = z.object({
   holderSecret: z.string().optional(),
   /** True when the idempotency key had already been granted: this is the original lease. */
   replayed: z.boolean(),
+  /**
+   * How long the gateway held the request in the queue before deciding the grant. A holder
+   * measures its local deadline from its send time plus this, never from when the reply came.
+   */
+  waitedMs: z.number().int().nonnegative().optional(),
 });
+export const CancelResultV1 = z.object({ leaseId: z.string(), cancelled: z.literal(true) });
 export const LeaseResultV1 = z.object({ lease: LeaseViewV1 });
 export const LeaseListResultV1 = z.object({
   leases: z.array(LeaseViewV1),

@@ -5,6 +5,8 @@ import {
   type DefineLimit,
   decide,
   decideAcquisitions,
+  decideQueue,
+  type EndWait,
   type Grant,
   grantOf,
   LeaseError,
@@ -12,6 +14,7 @@ import {
   type Policy,
   type RemoveLimit,
   type SetRequesterLimit,
+  type Waiter,
 } from '@lease/events';
 import type { Logger } from 'pino';
 import type { GatewayMetrics } from '../metrics.js';
@@ -20,17 +23,30 @@ import type { LogWriter } from './log-writer.js';
 /** Decide-append rounds before a pass gives up with a retryable STALE_VIEW (heavy contention). */
 export const ADMISSION_ATTEMPTS = 20;
 
-type LimitCommand = DefineLimit | RemoveLimit | SetRequesterLimit;
-export type LimitOutcome = { ok: true } | { ok: false; error: LeaseError };
+/** Admission commands that are not acquires: they change what may be granted, or end a wait. */
+export type AdminCommand = DefineLimit | RemoveLimit | SetRequesterLimit | EndWait;
+export type AdminOutcome = { ok: true } | { ok: false; error: LeaseError };
+/** An acquire is granted, refused, or put in its limits' queues to wait. */
+export type AdmissionOutcome = AcquireOutcome | { ok: true; queued: Waiter };
 
 type Pending =
-  | { kind: 'acquire'; command: (nowMs: number) => AcquireLease; resolve: (outcome: AcquireOutcome) => void }
-  | { kind: 'limit'; command: (nowMs: number) => LimitCommand; resolve: (outcome: LimitOutcome) => void };
+  | {
+      kind: 'acquire';
+      command: (nowMs: number) => AcquireLease;
+      resolve: (outcome: AdmissionOutcome) => void;
+    }
+  | { kind: 'admin'; command: (nowMs: number) => AdminCommand; resolve: (outcome: AdminOutcome) => void };
+
+const lagging = () =>
+  new LeaseError('NOT_READY', 'this replica could not catch up with the log in time; retry');
+const contended = () =>
+  new LeaseError('STALE_VIEW', `admission stayed contended for ${ADMISSION_ATTEMPTS} attempts; retry`);
 
 /**
  * The admission subject's single writer inside this process. Acquires that queue up while
  * an append is in flight are decided together and carried by one append (group commit);
  * across replicas, the conditional append on the admission subject serializes (ADR 0002).
+ * Every refusal is confirmed on a view caught up with the log before it is answered.
  */
 export class Admission {
   private readonly queue: Pending[] = [];
@@ -46,12 +62,12 @@ export class Admission {
     private readonly logger: Logger,
   ) {}
 
-  acquire(command: (nowMs: number) => AcquireLease): Promise<AcquireOutcome> {
+  acquire(command: (nowMs: number) => AcquireLease): Promise<AdmissionOutcome> {
     return new Promise((resolve) => this.enqueue({ kind: 'acquire', command, resolve }));
   }
 
-  changeLimits(command: (nowMs: number) => LimitCommand): Promise<LimitOutcome> {
-    return new Promise((resolve) => this.enqueue({ kind: 'limit', command, resolve }));
+  admin(command: (nowMs: number) => AdminCommand): Promise<AdminOutcome> {
+    return new Promise((resolve) => this.enqueue({ kind: 'admin', command, resolve }));
   }
 
   private enqueue(pending: Pending): void {
@@ -64,9 +80,9 @@ export class Admission {
     try {
       while (this.queue.length > 0) {
         const head = this.queue[0]!;
-        if (head.kind === 'limit') {
+        if (head.kind === 'admin') {
           this.queue.shift();
-          await this.runLimit(head);
+          await this.runAdmin(head);
         } else {
           let count = 0;
           while (count < this.queue.length && count < this.batchMax && this.queue[count]!.kind === 'acquire')
@@ -82,7 +98,7 @@ export class Admission {
     }
   }
 
-  private async runLimit(pending: Extract<Pending, { kind: 'limit' }>): Promise<void> {
+  private async runAdmin(pending: Extract<Pending, { kind: 'admin' }>): Promise<void> {
     let confirmed = false;
     for (let attempt = 0; attempt < ADMISSION_ATTEMPTS; attempt++) {
       const decision = decide(this.projection.state, pending.command(this.nowMs()), this.policy);
@@ -103,9 +119,14 @@ export class Admission {
     pending.resolve({ ok: false, error: contended() });
   }
 
+  /**
+   * One pass: grant what can be granted (one append), and put the acquires that may wait
+   * and found no slot into the queue (another append, in a later round of the same pass).
+   */
   private async runAcquires(batch: Extract<Pending, { kind: 'acquire' }>[]): Promise<void> {
     const commands = batch.map((pending) => pending.command(this.nowMs()));
-    const settled: (AcquireOutcome | undefined)[] = batch.map(() => undefined);
+    const settled: (AdmissionOutcome | undefined)[] = batch.map(() => undefined);
+    const mayWait = (index: number) => (commands[index]!.waitUntilMs ?? 0) > commands[index]!.nowMs;
     let confirmed = false;
     for (let attempt = 0; attempt < ADMISSION_ATTEMPTS; attempt++) {
       const open = commands.map((_, index) => index).filter((index) => settled[index] === undefined);
@@ -131,23 +152,52 @@ export class Admission {
         confirmed = true;
         continue;
       }
-      if (!event) {
-        pending.forEach((index, at) => {
-          settled[index] = outcomes[at];
+      const waiting = pending.filter((index, at) => {
+        const outcome = outcomes[at]!;
+        return !outcome.ok && outcome.error.code === 'NO_CAPACITY' && mayWait(index);
+      });
+      if (event) {
+        const result = await this.writer.append(event as LeaseEvent, this.projection.state.admissionSeq);
+        if (result.ok) {
+          this.metrics.admissionAppends += 1;
+          this.metrics.grants += event.grants.length;
+          // Those that may wait are decided again in the next round, on the state with these grants.
+          pending.forEach((index, at) => {
+            if (!waiting.includes(index)) settled[index] = outcomes[at];
+          });
+          continue;
+        }
+        if (!result.conflict) {
+          for (const index of pending) settled[index] = { ok: false, error: result.error };
+          break;
+        }
+        await this.projection.catchUp();
+        continue;
+      }
+      pending.forEach((index, at) => {
+        if (!waiting.includes(index)) settled[index] = outcomes[at];
+      });
+      if (waiting.length === 0) break;
+      const queue = decideQueue(
+        this.projection.state,
+        waiting.map((index) => commands[index]!),
+      );
+      const queued = () =>
+        waiting.forEach((index, at) => {
+          const outcome = queue.outcomes[at]!;
+          settled[index] = outcome.ok ? { ok: true, queued: outcome.waiter } : outcome;
         });
+      if (!queue.event) {
+        queued();
         break;
       }
-      const result = await this.writer.append(event as LeaseEvent, this.projection.state.admissionSeq);
+      const result = await this.writer.append(queue.event, this.projection.state.admissionSeq);
       if (result.ok) {
-        this.metrics.admissionAppends += 1;
-        this.metrics.grants += event.grants.length;
-        pending.forEach((index, at) => {
-          settled[index] = outcomes[at];
-        });
+        queued();
         break;
       }
       if (!result.conflict) {
-        for (const index of pending) settled[index] = { ok: false, error: result.error };
+        for (const index of waiting) settled[index] = { ok: false, error: result.error };
         break;
       }
       await this.projection.catchUp();
@@ -164,9 +214,3 @@ export class Admission {
       : undefined;
   }
 }
-
-const lagging = () =>
-  new LeaseError('NOT_READY', 'this replica could not catch up with the log in time; retry');
-
-const contended = () =>
-  new LeaseError('STALE_VIEW', `admission stayed contended for ${ADMISSION_ATTEMPTS} attempts; retry`);

@@ -1,7 +1,9 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { Projection } from '@lease/bus';
 import {
+  type AcquireLease,
   type AcquireRequestV1,
+  type CancelRequestV1,
   type DefineLimitRequestV1,
   decide,
   type GetRequestV1,
@@ -24,6 +26,7 @@ import {
 import type { z } from 'zod';
 import type { Admission } from '../adapters/admission.js';
 import type { LogWriter } from '../adapters/log-writer.js';
+import type { Waiting } from '../adapters/waiting.js';
 import type { GatewayMetrics } from '../metrics.js';
 
 /** Decide-append rounds for one lease command before answering a retryable STALE_VIEW. */
@@ -34,6 +37,10 @@ export type Result<T> = { ok: true; result: T } | { ok: false; error: LeaseError
 export interface CommandDeps {
   readonly projection: Projection;
   readonly admission: Admission;
+  readonly waiting: Waiting;
+  /** This replica's name: the owner of the acquires it holds while they wait. */
+  readonly instance: string;
+  readonly waitMaxMs: number;
   readonly writer: LogWriter;
   readonly policy: Policy;
   readonly metrics: GatewayMetrics;
@@ -49,13 +56,15 @@ const lagging = () => leaseError('NOT_READY', 'this replica could not catch up w
 
 /** The gateway's verbs: validated input in, a result or a typed error out. No business rule lives here. */
 export const createCommands = (deps: CommandDeps) => {
-  const { projection, admission, writer, policy, metrics, nowMs } = deps;
+  const { projection, admission, waiting, writer, policy, metrics, nowMs } = deps;
 
   const acquire = async (request: z.infer<typeof AcquireRequestV1>) => {
     const holderSecret = request.holderSecret ?? newSecret();
     const secretHash = hashSecret(holderSecret);
     const leaseId = request.leaseId ?? newLeaseId();
-    const outcome = await admission.acquire((now) => ({
+    const waitMs = request.noWait ? 0 : Math.min(request.waitMs ?? 0, deps.waitMaxMs);
+    const firstTryMs = nowMs();
+    const command = (now: number): AcquireLease => ({
       type: 'AcquireLease',
       leaseId,
       leaseIdChosen: request.leaseId !== undefined,
@@ -66,8 +75,13 @@ export const createCommands = (deps: CommandDeps) => {
       secretHash,
       idempotencyKey: request.idempotencyKey,
       metadata: request.metadata,
+      waitUntilMs: waitMs > 0 ? firstTryMs + waitMs : undefined,
+      owner: deps.instance,
       nowMs: now,
-    }));
+    });
+    const admitted = await admission.acquire(command);
+    const waited = admitted.ok && 'queued' in admitted;
+    const outcome = waited ? await waiting.hold(leaseId, command, admitted.queued.expiresAtMs) : admitted;
     if (!outcome.ok) return fail(outcome.error);
     const lease = projection.state.leases.get(outcome.grant.leaseId);
     if (!lease)
@@ -82,6 +96,10 @@ export const createCommands = (deps: CommandDeps) => {
         lease: leaseView(lease),
         replayed: outcome.replayed,
         ...(showSecret ? { holderSecret } : {}),
+        // The grant was decided at its deadline minus its TTL, on this gateway's clock.
+        ...(waited
+          ? { waitedMs: Math.max(0, outcome.grant.deadlineMs - outcome.grant.ttlMs - firstTryMs) }
+          : {}),
       },
     };
   };
@@ -170,25 +188,37 @@ export const createCommands = (deps: CommandDeps) => {
   };
 
   const defineLimit = async (request: z.infer<typeof DefineLimitRequestV1>) => {
-    const outcome = await admission.changeLimits((now) => ({ type: 'DefineLimit', ...request, nowMs: now }));
+    const outcome = await admission.admin((now) => ({ type: 'DefineLimit', ...request, nowMs: now }));
     if (!outcome.ok) return fail(outcome.error);
     return { ok: true as const, result: { limit: limitView(projection.state, request.limit) } };
   };
 
   const removeLimit = async (request: z.infer<typeof RemoveLimitRequestV1>) => {
-    const outcome = await admission.changeLimits((now) => ({ type: 'RemoveLimit', ...request, nowMs: now }));
+    const outcome = await admission.admin((now) => ({ type: 'RemoveLimit', ...request, nowMs: now }));
     if (!outcome.ok) return fail(outcome.error);
     return { ok: true as const, result: { limit: limitView(projection.state, request.limit) } };
   };
 
   const setRequesterLimit = async (request: z.infer<typeof SetRequesterLimitRequestV1>) => {
-    const outcome = await admission.changeLimits((now) => ({
+    const outcome = await admission.admin((now) => ({
       type: 'SetRequesterLimit',
       ...request,
       nowMs: now,
     }));
     if (!outcome.ok) return fail(outcome.error);
     return { ok: true as const, result: { requester: request.requester, leasesMax: request.leasesMax } };
+  };
+
+  const cancel = async (request: z.infer<typeof CancelRequestV1>) => {
+    const outcome = await admission.admin((now) => ({
+      type: 'EndWait',
+      leaseId: request.leaseId,
+      secretHash: hashSecret(request.holderSecret),
+      reason: 'cancelled',
+      nowMs: now,
+    }));
+    if (!outcome.ok) return fail(outcome.error);
+    return { ok: true as const, result: { leaseId: request.leaseId, cancelled: true } };
   };
 
   const listLimits = async () => ({
@@ -202,6 +232,7 @@ export const createCommands = (deps: CommandDeps) => {
 
   return {
     acquire,
+    cancel,
     renew,
     release,
     revoke,
