@@ -57,6 +57,38 @@ const growHistory = async (nc: NatsConnection, leases: number) => {
 };
 
 describe('a gateway restart, with the services as processes', () => {
+  it('answers NOT_READY while it replays 100,000 events, and never UNKNOWN_LEASE for a lease in the log', async () => {
+    const nats = await startNats();
+    const nc = await connectTest(nats.url);
+    const answers = new Map<string, number>();
+    let gateway: ServiceProcess | undefined;
+    try {
+      await growHistory(nc, 50_000);
+      const known = `old-${49_999}`;
+      gateway = await startService(
+        'gateway',
+        { NATS_URL: nats.url },
+        { waitFor: 'answers NOT_READY until done' },
+      );
+      const client = createLeaseClient({ nc, timeoutMs: 2_000 });
+      for (let i = 0; i < 2_000; i++) {
+        const answer = await client.get({ leaseId: known }).then(
+          (view) => view.status,
+          (error: { code: string }) => error.code,
+        );
+        answers.set(answer, (answers.get(answer) ?? 0) + 1);
+        if (answer === 'released') break;
+      }
+      expect(answers.get('NOT_READY')).toBeGreaterThan(0);
+      expect(answers.get('released')).toBe(1);
+      expect([...answers.keys()].sort()).toEqual(['NOT_READY', 'released']);
+    } finally {
+      await gateway?.stop();
+      await nc.close();
+      await nats.stop();
+    }
+  }, 120_000);
+
   const cleanups: (() => Promise<void>)[] = [];
   afterEach(async () => {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);

@@ -155,6 +155,10 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
   endpoint(COMMAND_SUBJECTS.setRequesterLimit, SetRequesterLimitRequestV1, commands.setRequesterLimit);
 
   const started = Date.now();
+  logger.info(
+    { streamLastSeq: stream.state.last_seq, fromSnapshotSeq: snapshot.found ? snapshot.state.lastSeq : null },
+    'replaying the log; every command answers NOT_READY until done',
+  );
   await projection.start();
   logger.info(
     {

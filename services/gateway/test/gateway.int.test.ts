@@ -140,6 +140,21 @@ describe('the gateway on a real nats-server', () => {
     });
   });
 
+  it('refuses a renewal that arrives after the deadline as expired, a final answer', async () => {
+    const { lease, holderSecret } = resultOf(
+      await callGateway(nc, 'acquire', {
+        requester: 'late',
+        slots: [{ limit: 'wide', count: 1 }],
+        ttlMs: 1_000,
+      }),
+    );
+    await eventually(() => Date.now() > lease.deadlineMs + 20, 5_000);
+    expect(await callGateway(nc, 'renew', { leaseId: lease.leaseId, holderSecret })).toMatchObject({
+      ok: false,
+      error: { code: 'LEASE_EXPIRED', retryable: false },
+    });
+  });
+
   it('lets an admin revoke a lease, after which its holder hears the final revoked code', async () => {
     const { lease, holderSecret } = resultOf(
       await callGateway(nc, 'acquire', {
