@@ -1,3 +1,4 @@
+import { classifyRenewalError, createLeaseClient, type Lease } from '@lease/client';
 import { decodeEvent, type LeaseEvent, STREAM_NAME } from '@lease/events';
 import { DeliverPolicy, jetstream } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -22,6 +23,19 @@ const readLog = async (nc: NatsConnection): Promise<{ seq: number; event: LeaseE
   await messages.close();
   return out;
 };
+
+/** A client-side lease handle for a lease acquired over the raw wire protocol. */
+const silentHandle = (acquired: { lease: Lease['view']; holderSecret?: string | undefined }): Lease => ({
+  leaseId: acquired.lease.leaseId,
+  fencingToken: acquired.lease.fencingToken,
+  deadlineMs: acquired.lease.deadlineMs,
+  holderSecret: acquired.holderSecret ?? '',
+  view: acquired.lease,
+  sentAtMonotonicMs: 0,
+  ttlMs: acquired.lease.ttlMs,
+  localDeadlineMonotonicMs: 0,
+  replayed: false,
+});
 
 /** A gate a test opens by hand: the repossessor waits at it between deciding and appending. */
 const gate = () => {
@@ -150,6 +164,13 @@ describe('the repossessor on a real nats-server', () => {
         ok: false,
         error: { code: 'LEASE_REVOKED', retryable: false },
       });
+      // The SDK, renewing the same lease, takes that answer as the end of it.
+      const client = createLeaseClient({ nc });
+      const renewal = await client
+        .renew({ ...silentHandle(silent), holderSecret: silent.holderSecret! })
+        .catch((error: unknown) => error);
+      expect(renewal).toMatchObject({ code: 'LEASE_REVOKED' });
+      expect(classifyRenewalError(renewal)).toBe('lost');
     } finally {
       await repossessor.stop();
     }
