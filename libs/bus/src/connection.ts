@@ -7,6 +7,9 @@ export interface BusConnectOptions {
   /** Shows in the server's connection list: service name and instance. */
   readonly name: string;
   readonly timeoutMs?: number;
+  /** Credentials, when the servers require them (deploy/nats/accounts.conf). */
+  readonly user?: string | undefined;
+  readonly pass?: string | undefined;
 }
 
 /**
@@ -23,6 +26,7 @@ export const connectBus = async (options: BusConnectOptions): Promise<NatsConnec
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
     pingInterval: 10_000,
+    ...(options.user ? { user: options.user, pass: options.pass ?? '' } : {}),
   });
   try {
     checkConnectedServer(nc);

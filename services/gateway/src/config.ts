@@ -6,6 +6,8 @@ const int = (fallback: number) => z.coerce.number().int().nonnegative().default(
 /** The gateway's whole configuration, from the environment, parsed once and frozen. */
 export const GatewayConfigSchema = z.object({
   NATS_URL: z.string().min(1).default('nats://127.0.0.1:4222'),
+  NATS_USER: z.string().min(1).optional(),
+  NATS_PASSWORD: z.string().optional(),
   GATEWAY_INSTANCE: z.string().min(1).default(`gw-${process.pid}`),
   STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
   TTL_MIN_MS: int(DEFAULT_POLICY.ttlMinMs),
@@ -23,6 +25,8 @@ export const GatewayConfigSchema = z.object({
 
 export type GatewayConfig = Readonly<{
   natsUrl: string;
+  natsUser: string | undefined;
+  natsPassword: string | undefined;
   instance: string;
   streamReplicas: number;
   policy: { ttlMinMs: number; ttlMaxMs: number; metadataMaxBytes: number };
@@ -47,6 +51,8 @@ export const loadGatewayConfig = (env: NodeJS.ProcessEnv = process.env): Gateway
     throw new Error('gateway configuration is invalid: TTL_MIN_MS > TTL_MAX_MS');
   return Object.freeze({
     natsUrl: e.NATS_URL,
+    natsUser: e.NATS_USER,
+    natsPassword: e.NATS_PASSWORD,
     instance: e.GATEWAY_INSTANCE,
     streamReplicas: e.STREAM_REPLICAS,
     policy: Object.freeze({

@@ -53,7 +53,12 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
   const { config, logger } = deps;
   const nowMs = deps.nowMs ?? Date.now;
   const nc =
-    deps.nc ?? (await connectBus({ servers: config.natsUrl, name: `${SERVICE_NAME}:${config.instance}` }));
+    deps.nc ?? (await connectBus({
+      servers: config.natsUrl,
+      name: `${SERVICE_NAME}:${config.instance}`,
+      user: config.natsUser,
+      pass: config.natsPassword,
+    }));
   const stream = await ensureLeaseStream(nc, { replicas: config.streamReplicas });
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);

@@ -2,6 +2,8 @@ import { z } from 'zod';
 
 const RepossessorConfigSchema = z.object({
   NATS_URL: z.string().min(1).default('nats://127.0.0.1:4222'),
+  NATS_USER: z.string().min(1).optional(),
+  NATS_PASSWORD: z.string().optional(),
   REPOSSESSOR_INSTANCE: z.string().min(1).default(`repo-${process.pid}`),
   STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
   /** Waited past a deadline before revoking: covers clock skew between gateways and repossessors (ADR 0003). */
@@ -21,6 +23,8 @@ const RepossessorConfigSchema = z.object({
 
 export type RepossessorConfig = Readonly<{
   natsUrl: string;
+  natsUser: string | undefined;
+  natsPassword: string | undefined;
   instance: string;
   streamReplicas: number;
   graceMs: number;
@@ -44,6 +48,8 @@ export const loadRepossessorConfig = (env: NodeJS.ProcessEnv = process.env): Rep
   if (count < 1 || index >= count) throw new Error(`repossessor configuration is invalid: SHARD ${e.SHARD}`);
   return Object.freeze({
     natsUrl: e.NATS_URL,
+    natsUser: e.NATS_USER,
+    natsPassword: e.NATS_PASSWORD,
     instance: e.REPOSSESSOR_INSTANCE,
     streamReplicas: e.STREAM_REPLICAS,
     graceMs: e.GRACE_MS,

@@ -73,7 +73,12 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
   const { config, logger } = deps;
   const nowMs = deps.nowMs ?? Date.now;
   const nc =
-    deps.nc ?? (await connectBus({ servers: config.natsUrl, name: `${SERVICE_NAME}:${config.instance}` }));
+    deps.nc ?? (await connectBus({
+      servers: config.natsUrl,
+      name: `${SERVICE_NAME}:${config.instance}`,
+      user: config.natsUser,
+      pass: config.natsPassword,
+    }));
   const stream = await ensureLeaseStream(nc, { replicas: config.streamReplicas });
   // The repossessor reads the gateways' snapshots; it writes none of its own.
   const snapshot = await (await SnapshotStore.open(nc, { replicas: config.streamReplicas })).load(
