@@ -1,5 +1,6 @@
 export * from './append.js';
 export * from './connection.js';
+export * from './lease-log.js';
 export * from './local-server.js';
 export * from './projection.js';
 export * from './server-version.js';

@@ -1,4 +1,4 @@
-import { connectBus, ensureLeaseStream, Projection, SnapshotStore, scheduleSnapshots } from '@lease/bus';
+import { openLeaseLog, Projection, scheduleSnapshots } from '@lease/bus';
 import {
   AcquireRequestV1,
   CancelRequestV1,
@@ -15,7 +15,6 @@ import {
   RevokeRequestV1,
   SetRequesterLimitRequestV1,
 } from '@lease/events';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { type Service, type ServiceMsg, Svcm } from '@nats-io/services';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
@@ -52,21 +51,18 @@ export interface GatewayDeps {
 export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
   const { config, logger } = deps;
   const nowMs = deps.nowMs ?? Date.now;
-  const nc =
-    deps.nc ?? (await connectBus({
-      servers: config.natsUrl,
-      name: `${SERVICE_NAME}:${config.instance}`,
-      user: config.natsUser,
-      pass: config.natsPassword,
-    }));
-  const stream = await ensureLeaseStream(nc, { replicas: config.streamReplicas });
-  const js = jetstream(nc);
-  const jsm = await jetstreamManager(nc);
-  const metrics = new GatewayMetrics();
-  const snapshots = await SnapshotStore.open(nc, { replicas: config.streamReplicas });
-  const snapshot = await snapshots.load(stream.state.last_seq);
+  const log = await openLeaseLog({
+    nc: deps.nc,
+    servers: config.natsUrl,
+    name: `${SERVICE_NAME}:${config.instance}`,
+    user: config.natsUser,
+    pass: config.natsPassword,
+    replicas: config.streamReplicas,
+  });
+  const { nc, js, jsm, stream, snapshots, snapshot } = log;
   if (!snapshot.found && snapshot.reason !== 'none')
     logger.warn({ reason: snapshot.reason }, 'ignored the snapshot');
+  const metrics = new GatewayMetrics();
   const projection = new Projection({
     js,
     jsm,
@@ -193,7 +189,7 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
       waiting.stop();
       await service.stop().catch(() => undefined);
       await projection.stop();
-      if (!deps.nc) await nc.drain().catch(() => undefined);
+      await log.close();
     },
   };
 };

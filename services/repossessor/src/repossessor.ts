@@ -1,6 +1,5 @@
-import { appendEvent, connectBus, ensureLeaseStream, Projection, SnapshotStore } from '@lease/bus';
+import { appendEvent, openLeaseLog, Projection } from '@lease/bus';
 import { decide, type LeaseRevoked, type StoredEvent } from '@lease/events';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Svcm } from '@nats-io/services';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
@@ -72,20 +71,16 @@ export interface Repossessor {
 export const createRepossessor = async (deps: RepossessorDeps): Promise<Repossessor> => {
   const { config, logger } = deps;
   const nowMs = deps.nowMs ?? Date.now;
-  const nc =
-    deps.nc ?? (await connectBus({
-      servers: config.natsUrl,
-      name: `${SERVICE_NAME}:${config.instance}`,
-      user: config.natsUser,
-      pass: config.natsPassword,
-    }));
-  const stream = await ensureLeaseStream(nc, { replicas: config.streamReplicas });
   // The repossessor reads the gateways' snapshots; it writes none of its own.
-  const snapshot = await (await SnapshotStore.open(nc, { replicas: config.streamReplicas })).load(
-    stream.state.last_seq,
-  );
-  const js = jetstream(nc);
-  const jsm = await jetstreamManager(nc);
+  const log = await openLeaseLog({
+    nc: deps.nc,
+    servers: config.natsUrl,
+    name: `${SERVICE_NAME}:${config.instance}`,
+    user: config.natsUser,
+    pass: config.natsPassword,
+    replicas: config.streamReplicas,
+  });
+  const { nc, js, jsm, snapshot } = log;
   const metrics = new RepossessorMetrics();
   const index = new DeadlineIndex();
   const inflight = new Set<string>();
@@ -222,7 +217,7 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
       await running;
       await service.stop().catch(() => undefined);
       await projection.stop();
-      if (!deps.nc) await nc.drain().catch(() => undefined);
+      await log.close();
     },
   };
 };
