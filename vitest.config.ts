@@ -33,6 +33,9 @@ export default defineConfig({
         test: {
           name: 'e2e',
           include: ['test/e2e/**/*.e2e.test.ts'],
+          // Services run as processes and some tests bound how fast a process tree dies:
+          // one file at a time keeps those bounds about the code, not about a busy machine.
+          fileParallelism: false,
           testTimeout: 120_000,
           hookTimeout: 60_000,
         },
