@@ -6,3 +6,4 @@ export * from './projection.js';
 export * from './server-version.js';
 export * from './snapshots.js';
 export * from './stream.js';
+export * from './subscribe.js';

@@ -1,3 +1,4 @@
+export * from './audit.js';
 export * from './clock.js';
 export * from './codec.js';
 export * from './errors.js';

@@ -1,0 +1,270 @@
+import { Projection, type Subscription, subscribe } from '@lease/bus';
+import {
+  ADMISSION_SUBJECT,
+  type AuditCounts,
+  type AuditFinding,
+  createAuditor,
+  decodeEvent,
+  evolve,
+  type Grant,
+  initialState,
+  LeaseError,
+  type LeaseEvent,
+  type LeaseState,
+  leaseSubject,
+  STREAM_NAME,
+  skipUndecodable,
+} from '@lease/events';
+import { type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { LogPoint } from './format.js';
+
+/**
+ * Reading the log: every command here streams it (ordered consumers, bounded batches) and
+ * keeps only the fold's own state, so memory does not grow with the length of history.
+ */
+
+/** Messages asked of the server at a time when replaying. */
+export const REPLAY_BATCH = 4_096;
+/** An audit gives up when its replay has not finished in this time. */
+export const AUDIT_TIMEOUT_MS = 30 * 60_000;
+
+export type OnProgress = (seq: number, lastSeq: number) => void;
+
+export const streamLastSeq = async (jsm: JetStreamManager): Promise<number> => {
+  try {
+    return (await jsm.streams.info(STREAM_NAME)).state.last_seq;
+  } catch (cause) {
+    throw new LeaseError('UNAVAILABLE', `cannot read stream ${STREAM_NAME}: ${(cause as Error).message}`, {
+      cause,
+    });
+  }
+};
+
+/** True once `seq`/`time` is past the point (the point itself is included). */
+const beyond = (point: LogPoint, seq: number, time: Date): boolean =>
+  'seq' in point ? seq > point.seq : time.getTime() > point.time.getTime();
+
+export interface ReadItem {
+  readonly seq: number;
+  readonly time: Date;
+  readonly subject: string;
+  /** undefined for an undecodable message (then `problem` says why). */
+  readonly event: LeaseEvent | undefined;
+  readonly problem?: string;
+}
+
+/**
+ * Reads the log from `from` (a sequence or time, inclusive) up to `to` (inclusive) or up to
+ * what the stream held when the read began, whichever comes first; undecodable messages are
+ * passed on too, with their problem, so that a fold can count their sequence.
+ */
+export async function* readLog(
+  nc: NatsConnection,
+  options: {
+    from?: LogPoint;
+    to?: LogPoint;
+    subjects?: { leaseId: string };
+    onProgress?: OnProgress;
+  } = {},
+): AsyncGenerator<ReadItem> {
+  const jsm = await jetstreamManager(nc);
+  const lastSeq = options.subjects
+    ? await lastSeqOnSubject(jsm, leaseSubject(options.subjects.leaseId))
+    : await streamLastSeq(jsm);
+  if (lastSeq === 0) return;
+  if (options.to && 'seq' in options.to && options.to.seq <= 0) return;
+  const endSeq = options.to && 'seq' in options.to ? Math.min(options.to.seq, lastSeq) : lastSeq;
+  const from = options.from ?? { seq: 1 };
+  if ('seq' in from && from.seq > endSeq) return;
+  // Problems arrive in order with the events, through a callback: queue them so that they
+  // come out of this generator in sequence order.
+  const pending: ReadItem[] = [];
+  let done = false;
+  let subscription: Subscription | undefined;
+  const finishAt = (seq: number) => {
+    if (seq >= endSeq) {
+      done = true;
+      void subscription?.close();
+    }
+  };
+  subscription = await subscribe(nc, {
+    from: 'seq' in from ? { seq: Math.max(1, from.seq) } : { time: from.time },
+    batch: REPLAY_BATCH,
+    ...(options.subjects ? { filter: { leaseId: options.subjects.leaseId, types: LIFECYCLE_TYPES } } : {}),
+    onProblem: (problem) => {
+      pending.push({
+        seq: problem.seq,
+        time: problem.time,
+        subject: problem.subject,
+        event: undefined,
+        problem: `${problem.problem}: ${problem.message}`,
+      });
+      finishAt(problem.seq);
+    },
+  });
+  try {
+    // A stream whose remaining messages are all beyond the time point ends on `done`, via close().
+    for await (const item of subscription) {
+      for (const problem of pending.splice(0)) {
+        if (options.to && beyond(options.to, problem.seq, problem.time)) return;
+        yield problem;
+      }
+      if (options.to && beyond(options.to, item.seq, item.time)) return;
+      yield { seq: item.seq, time: item.time, subject: item.subject, event: item.event };
+      options.onProgress?.(item.seq, endSeq);
+      if (item.seq >= endSeq || done) break;
+    }
+    for (const problem of pending.splice(0)) {
+      if (options.to && beyond(options.to, problem.seq, problem.time)) return;
+      yield problem;
+    }
+  } finally {
+    await subscription.close();
+  }
+}
+
+const LIFECYCLE_TYPES = ['LeaseRenewed', 'LeaseReleased', 'LeaseRevoked'] as const;
+
+export const lastSeqOnSubject = async (jsm: JetStreamManager, subject: string): Promise<number> => {
+  const last = await jsm.streams.getMessage(STREAM_NAME, { last_by_subj: subject }).catch(() => null);
+  return last?.seq ?? 0;
+};
+
+/** The state of every limit and lease as it was at `point`, rebuilt from the log alone. */
+export const replayAt = async (
+  nc: NatsConnection,
+  point: LogPoint,
+  onProgress?: OnProgress,
+): Promise<{ state: LeaseState; lastTime: Date | undefined }> => {
+  const state = initialState();
+  let lastTime: Date | undefined;
+  for await (const item of readLog(nc, { to: point, ...(onProgress ? { onProgress } : {}) })) {
+    if (item.event) evolve(state, { seq: item.seq, event: item.event });
+    else skipUndecodable(state, item.seq, item.subject);
+    lastTime = item.time;
+  }
+  return { state, lastTime };
+};
+
+export interface HistoryEntry {
+  readonly seq: number;
+  readonly time: Date;
+  readonly subject: string;
+  readonly event: LeaseEvent | undefined;
+  readonly problem?: string;
+}
+
+/** The grant of a lease, by a direct get of its admission message. */
+export const grantAt = async (
+  nc: NatsConnection,
+  grantSeq: number,
+  leaseId: string,
+): Promise<HistoryEntry | undefined> => {
+  const jsm = await jetstreamManager(nc);
+  const message = await jsm.direct.getMessage(STREAM_NAME, { seq: grantSeq }).catch(() => null);
+  if (!message) return undefined;
+  const decoded = decodeEvent(message.data);
+  if (!decoded.ok) {
+    return {
+      seq: message.seq,
+      time: message.time,
+      subject: message.subject,
+      event: undefined,
+      problem: `${decoded.problem}: ${decoded.message}`,
+    };
+  }
+  if (decoded.event.type !== 'LeasesGranted' || !decoded.event.grants.some((g) => g.leaseId === leaseId))
+    return undefined;
+  return { seq: message.seq, time: message.time, subject: message.subject, event: decoded.event };
+};
+
+/**
+ * Finds a lease's grant by scanning the admission subject (when no gateway knows the lease
+ * any more: ended leases are pruned from the projection). Streams; stops at the grant.
+ */
+export const findGrant = async (
+  nc: NatsConnection,
+  leaseId: string,
+  onProgress?: OnProgress,
+): Promise<HistoryEntry | undefined> => {
+  const jsm = await jetstreamManager(nc);
+  const lastSeq = await lastSeqOnSubject(jsm, ADMISSION_SUBJECT);
+  if (lastSeq === 0) return undefined;
+  const consumer = await jetstream(nc).consumers.get(STREAM_NAME, { filter_subjects: [ADMISSION_SUBJECT] });
+  try {
+    for (;;) {
+      const batch = await consumer.fetch({ max_messages: REPLAY_BATCH, expires: 5_000 });
+      let seen = 0;
+      for await (const message of batch) {
+        seen += 1;
+        onProgress?.(message.seq, lastSeq);
+        const decoded = decodeEvent(message.data);
+        if (
+          decoded.ok &&
+          decoded.event.type === 'LeasesGranted' &&
+          decoded.event.grants.some((g: Grant) => g.leaseId === leaseId)
+        ) {
+          batch.stop();
+          return { seq: message.seq, time: message.time, subject: message.subject, event: decoded.event };
+        }
+        if (message.seq >= lastSeq) {
+          batch.stop();
+          return undefined;
+        }
+      }
+      if (seen === 0) return undefined;
+    }
+  } finally {
+    await consumer.delete().catch(() => undefined);
+  }
+};
+
+/** Every event on a lease's own subject, in order (an ordered consumer filtered to that subject). */
+export const leaseEvents = async (nc: NatsConnection, leaseId: string): Promise<HistoryEntry[]> => {
+  const entries: HistoryEntry[] = [];
+  for await (const item of readLog(nc, { subjects: { leaseId } })) entries.push(item);
+  return entries;
+};
+
+export interface AuditResult {
+  readonly lastSeq: number;
+  readonly counts: AuditCounts;
+  readonly elapsedMs: number;
+}
+
+/**
+ * Replays the whole log through the same Projection the services use, reporting every
+ * anomaly the fold records and every undecodable message, plus the auditor's re-checks.
+ */
+export const audit = async (
+  nc: NatsConnection,
+  onFinding: (finding: AuditFinding) => void,
+  onProgress?: OnProgress,
+  timeoutMs = AUDIT_TIMEOUT_MS,
+): Promise<AuditResult> => {
+  const jsm = await jetstreamManager(nc);
+  const lastSeq = await streamLastSeq(jsm);
+  const auditor = createAuditor();
+  const started = performance.now();
+  const projection = new Projection({
+    js: jetstream(nc),
+    jsm,
+    batchMessages: REPLAY_BATCH,
+    onEvent: (stored, state) => {
+      for (const finding of auditor.observe(stored, state)) onFinding(finding);
+      onProgress?.(stored.seq, lastSeq);
+    },
+    onProblem: (seq, subject, problem, message) => onFinding(auditor.problem(seq, subject, problem, message)),
+  });
+  try {
+    await projection.start(timeoutMs);
+  } finally {
+    await projection.stop();
+  }
+  return {
+    lastSeq: projection.state.lastSeq,
+    counts: auditor.counts(),
+    elapsedMs: performance.now() - started,
+  };
+};
