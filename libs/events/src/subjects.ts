@@ -39,6 +39,9 @@ export const COMMAND_SUBJECTS = {
   setRequesterLimit: `${COMMAND_PREFIX}.requesters.limit`,
 } as const;
 
+/** Each repossessor replica answers its counters here (request/reply, no queue group). */
+export const REPOSSESSOR_STATUS_SUBJECT = 'lease.repossessor.status';
+
 /** Larger than any one command's message: a group commit is bounded to fit under it. */
 export const MESSAGE_BYTES_MAX = 1024 * 1024;
 /** JetStream's duplicate window for Nats-Msg-Id: a retried publish within it is stored once. */

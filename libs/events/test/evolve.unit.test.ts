@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   decodeEvent,
+  EndedQueue,
   encodeEvent,
   evolve,
   type Grant,
@@ -200,5 +201,19 @@ describe('the decode boundary', () => {
 
   it('starts from an empty state', () => {
     expect(initialState()).toMatchObject({ lastSeq: 0, liveCount: 0, anomalyCount: 0, defaultLeasesMax: 1 });
+  });
+});
+
+describe('the queue of ended leases', () => {
+  it('hands ids back oldest first, and compares by its ids alone', () => {
+    const a = new EndedQueue();
+    const b = new EndedQueue();
+    for (let i = 0; i < 5_000; i++) a.push(`L${i}`);
+    for (let i = 0; i < 4_000; i++) expect(a.shift()).toBe(`L${i}`);
+    for (let i = 4_000; i < 5_000; i++) b.push(`L${i}`);
+    expect(a.size).toBe(1_000);
+    expect(a).toEqual(b);
+    b.push('extra');
+    expect(a).not.toEqual(b);
   });
 });

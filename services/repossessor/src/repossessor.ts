@@ -1,5 +1,5 @@
 import { appendEvent, openLeaseLog, Projection } from '@lease/bus';
-import { decide, type LeaseRevoked, type StoredEvent } from '@lease/events';
+import { decide, type LeaseRevoked, REPOSSESSOR_STATUS_SUBJECT, type StoredEvent } from '@lease/events';
 import { Svcm } from '@nats-io/services';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
@@ -183,18 +183,29 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
     }
   };
 
+  const status = () =>
+    metrics.snapshot({
+      instance: config.instance,
+      ready: projection.ready,
+      foldedSeq: projection.state.lastSeq,
+      indexed: index.size,
+      liveLeases: projection.state.liveCount,
+    });
   const service = await new Svcm(nc).add({
     name: SERVICE_NAME,
     version: SERVICE_VERSION,
     description: 'Revokes expired leases with conditional appends',
     metadata: { instance: config.instance },
-    statsHandler: async () =>
-      metrics.snapshot({
-        ready: projection.ready,
-        foldedSeq: projection.state.lastSeq,
-        indexed: index.size,
-        liveLeases: projection.state.liveCount,
-      }),
+    statsHandler: async () => status(),
+  });
+  // Every replica answers (no queue group), so that operators see each one's counters; the
+  // services protocol reports a service's stats data only for its endpoints.
+  service.addEndpoint('status', {
+    subject: REPOSSESSOR_STATUS_SUBJECT,
+    queue: '',
+    handler: (error, msg) => {
+      if (!error) msg.respond(JSON.stringify(status()));
+    },
   });
 
   const started = Date.now();

@@ -1,5 +1,5 @@
 import { classifyRenewalError, createLeaseClient, type Lease } from '@lease/client';
-import { decodeEvent, type LeaseEvent, STREAM_NAME } from '@lease/events';
+import { decodeEvent, type LeaseEvent, REPOSSESSOR_STATUS_SUBJECT, STREAM_NAME } from '@lease/events';
 import { DeliverPolicy, jetstream } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -171,6 +171,12 @@ describe('the repossessor on a real nats-server', () => {
         .catch((error: unknown) => error);
       expect(renewal).toMatchObject({ code: 'LEASE_REVOKED' });
       expect(classifyRenewalError(renewal)).toBe('lost');
+      const stats = JSON.parse(
+        new TextDecoder().decode((await nc.request(REPOSSESSOR_STATUS_SUBJECT, '')).data),
+      );
+      expect(stats).toMatchObject({ ready: true, failed: 0 });
+      expect(stats.revoked).toBeGreaterThanOrEqual(1);
+      expect(stats.lagP99Ms).toBeLessThan(1_000);
     } finally {
       await repossessor.stop();
     }

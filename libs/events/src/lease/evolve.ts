@@ -279,15 +279,14 @@ const endLease = (
   lease.endSeq = seq;
   lease.revokeReason = reason;
   lease.metadata = undefined;
-  state.endedOrder.add(lease.leaseId);
+  state.endedOrder.push(lease.leaseId);
   pruneEnded(state);
 };
 
 /** Deterministic: the same log always keeps the same ended leases. */
 const pruneEnded = (state: LeaseState): void => {
   while (state.endedOrder.size > ENDED_LEASES_KEPT) {
-    const oldest = state.endedOrder.values().next().value as string;
-    state.endedOrder.delete(oldest);
+    const oldest = state.endedOrder.shift()!;
     const lease = state.leases.get(oldest);
     state.leases.delete(oldest);
     if (lease?.idempotencyKey !== undefined) {

@@ -131,7 +131,7 @@ export const stateFromSnapshot = (json: unknown): Restored => {
       state.liveCount += 1;
       state.liveByRequester.set(lease.requester, (state.liveByRequester.get(lease.requester) ?? 0) + 1);
     } else {
-      state.endedOrder.add(lease.leaseId);
+      state.endedOrder.push(lease.leaseId);
     }
     if (lease.idempotencyKey !== undefined) {
       state.idempotency.set(idempotencyIndexKey(lease.requester, lease.idempotencyKey), lease.leaseId);

@@ -68,6 +68,40 @@ export interface Anomaly {
   readonly limit?: string;
 }
 
+/**
+ * Ended lease ids, oldest first: appended at the end, taken from the front. A Set would
+ * do, but taking its first entry steps over every deleted one before it, which made
+ * replaying a long log quadratic. Two queues with the same ids compare equal.
+ */
+export class EndedQueue implements Iterable<string> {
+  #ids: string[] = [];
+  #head = 0;
+
+  get size(): number {
+    return this.#ids.length - this.#head;
+  }
+
+  push(leaseId: string): void {
+    this.#ids.push(leaseId);
+  }
+
+  shift(): string | undefined {
+    if (this.#head >= this.#ids.length) return undefined;
+    const leaseId = this.#ids[this.#head]!;
+    this.#head += 1;
+    // Drop the consumed front once it is most of the array: amortized O(1) per id.
+    if (this.#head > 1_024 && this.#head * 2 > this.#ids.length) {
+      this.#ids = this.#ids.slice(this.#head);
+      this.#head = 0;
+    }
+    return leaseId;
+  }
+
+  *[Symbol.iterator](): Iterator<string> {
+    for (let i = this.#head; i < this.#ids.length; i++) yield this.#ids[i]!;
+  }
+}
+
 export const DEFAULT_LEASES_PER_REQUESTER = 1;
 /** Ended leases are kept (without metadata) so late renewals hear "released"/"revoked", not "unknown". */
 export const ENDED_LEASES_KEPT = 20_000;
@@ -88,7 +122,7 @@ export interface LeaseState {
   readonly limits: Map<string, LimitState>;
   /** Live leases and the most recently ended ones (`endedOrder`). */
   readonly leases: Map<string, LeaseRecord>;
-  readonly endedOrder: Set<string>;
+  readonly endedOrder: EndedQueue;
   readonly liveByRequester: Map<string, number>;
   readonly requesterLimits: Map<string, number>;
   defaultLeasesMax: number;
@@ -107,7 +141,7 @@ export const initialState = (): LeaseState => ({
   fencingToken: 0,
   limits: new Map(),
   leases: new Map(),
-  endedOrder: new Set(),
+  endedOrder: new EndedQueue(),
   liveByRequester: new Map(),
   requesterLimits: new Map(),
   waiters: new Map(),
