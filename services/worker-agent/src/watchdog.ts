@@ -32,6 +32,8 @@ interface Entry {
   readonly pgid: number;
   readonly graceMs: number;
   deadlineAtMs: number;
+  /** How long before the deadline the group's ending starts. */
+  leadMs: number;
   timer: ReturnType<typeof setTimeout> | undefined;
   terminatedBy: TerminatedBy | null;
   /** The group's termination (on loss, or the cleanup of leftovers after the leader exited). */
@@ -82,12 +84,18 @@ const finish = (entry: Entry, result: { killed: boolean; gone: boolean }) => {
   maybeExit();
 };
 
+const leadFor = (graceMs: number, remainingMs: number): number =>
+  Math.max(0, Math.min(graceMs, Math.floor(remainingMs / 2)));
+
 /** The deadline is checked on the clock, not trusted to one timer (timers may fire early). */
 const armDeadline = (entry: Entry) => {
   clearTimeout(entry.timer);
   entry.timer = undefined;
   if (entry.ending) return;
-  const leftMs = entry.deadlineAtMs - performance.now();
+  // SIGTERM goes out a grace before the local deadline, so that the SIGKILL after the grace
+  // lands by the deadline itself, which is before anyone can revoke the lease (ADR 0003).
+  // A lease shorter than two graces starts at half its remaining time instead.
+  const leftMs = entry.deadlineAtMs - entry.leadMs - performance.now();
   if (leftMs <= 0) return endGroup(entry, 'deadline');
   entry.timer = setTimeout(() => armDeadline(entry), Math.min(Math.ceil(leftMs), TIMER_DELAY_MAX_MS));
 };
@@ -143,6 +151,7 @@ const startWorkload = (command: Extract<ToWatchdog, { t: 'spawn' }>) => {
     pgid: pid,
     graceMs: Math.max(0, command.graceMs),
     deadlineAtMs,
+    leadMs: leadFor(command.graceMs, command.remainingMs),
     timer: undefined,
     terminatedBy: null,
     ending: undefined,
@@ -172,6 +181,7 @@ const onMessage = (raw: unknown) => {
       const entry = entries.get(message.id);
       if (!entry || entry.ending || !(message.remainingMs > 0)) return;
       entry.deadlineAtMs = performance.now() + message.remainingMs;
+      entry.leadMs = leadFor(entry.graceMs, message.remainingMs);
       return armDeadline(entry);
     }
     case 'kill': {
