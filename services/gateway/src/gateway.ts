@@ -60,6 +60,8 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
     replicas: config.streamReplicas,
   });
   const { nc, js, jsm, stream, snapshots, snapshot } = log;
+  // The projection folds onto the restored state in place: remember where it started.
+  const fromSnapshotSeq = snapshot.found ? snapshot.state.lastSeq : null;
   if (!snapshot.found && snapshot.reason !== 'none')
     logger.warn({ reason: snapshot.reason }, 'ignored the snapshot');
   const metrics = new GatewayMetrics();
@@ -157,14 +159,14 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
 
   const started = Date.now();
   logger.info(
-    { streamLastSeq: stream.state.last_seq, fromSnapshotSeq: snapshot.found ? snapshot.state.lastSeq : null },
+    { streamLastSeq: stream.state.last_seq, fromSnapshotSeq },
     'replaying the log; every command answers NOT_READY until done',
   );
   await projection.start();
   logger.info(
     {
       foldedSeq: projection.state.lastSeq,
-      fromSnapshotSeq: snapshot.found ? snapshot.state.lastSeq : null,
+      fromSnapshotSeq,
       liveLeases: projection.state.liveCount,
       replayMs: Date.now() - started,
     },
@@ -176,6 +178,7 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
     {
       everyMs: config.snapshotEveryMs,
       minEvents: config.snapshotMinEvents,
+      fromSeq: fromSnapshotSeq ?? 0,
       onSaved: (saved) => logger.info(saved, 'snapshot written'),
       onError: (error) => logger.warn({ err: error }, 'snapshot failed'),
     },

@@ -5,6 +5,7 @@ import {
   initialState,
   type LeaseRecord,
   type LeaseState,
+  type WaiterRecord,
 } from './state.js';
 
 /**
@@ -73,7 +74,13 @@ export const SnapshotV1 = z.object({
 });
 export type Snapshot = z.infer<typeof SnapshotV1>;
 
-export const snapshotOf = (state: LeaseState): Snapshot => {
+/** What `snapshotOf` returns: a `Snapshot` once serialized, sharing the state's records until then. */
+export type SnapshotOutput = Omit<Snapshot, 'leases' | 'waiters'> & {
+  readonly leases: readonly LeaseRecord[];
+  readonly waiters: readonly WaiterRecord[];
+};
+
+export const snapshotOf = (state: LeaseState): SnapshotOutput => {
   const live: LeaseRecord[] = [];
   for (const lease of state.leases.values()) if (lease.status === 'live') live.push(lease);
   const ended = [...state.endedOrder].map((id) => state.leases.get(id)!);
@@ -85,15 +92,14 @@ export const snapshotOf = (state: LeaseState): Snapshot => {
     defaultLeasesMax: state.defaultLeasesMax,
     limits: [...state.limits].map(([name, limit]) => [name, limit.slotsMax, limit.used]),
     requesterLimits: [...state.requesterLimits],
-    leases: [...live, ...ended].map(withoutUndefined),
-    waiters: [...state.waiters.values()].map((waiter) => JSON.parse(JSON.stringify(waiter))),
+    // The records themselves, not copies: a snapshot is serialized at once, and copying
+    // 100k leases field by field doubled the time the gateway was blocked writing one.
+    leases: [...live, ...ended],
+    waiters: [...state.waiters.values()],
     anomalyCount: state.anomalyCount,
     anomalies: state.anomalies.map((anomaly) => ({ ...anomaly })),
   };
 };
-
-const withoutUndefined = (lease: LeaseRecord): z.infer<typeof LeaseRecordJson> =>
-  JSON.parse(JSON.stringify(lease)) as z.infer<typeof LeaseRecordJson>;
 
 export type Restored = { ok: true; state: LeaseState } | { ok: false; message: string };
 
@@ -117,11 +123,24 @@ export const stateFromSnapshot = (json: unknown): Restored => {
   for (const [name, slotsMax, used] of snap.limits) state.limits.set(name, { slotsMax, used });
   for (const [requester, leasesMax] of snap.requesterLimits) state.requesterLimits.set(requester, leasesMax);
   for (const json of snap.leases) {
+    // Every field named: one object shape for all leases (a spread made restoring 100k
+    // leases take a second).
     const lease: LeaseRecord = {
-      ...json,
+      leaseId: json.leaseId,
+      requester: json.requester,
       holder: json.holder,
+      slots: json.slots,
+      fencingToken: json.fencingToken,
+      secretHash: json.secretHash,
       idempotencyKey: json.idempotencyKey,
       metadata: json.metadata,
+      grantedAtMs: json.grantedAtMs,
+      grantSeq: json.grantSeq,
+      ttlMs: json.ttlMs,
+      deadlineMs: json.deadlineMs,
+      renewals: json.renewals,
+      lastSubjectSeq: json.lastSubjectSeq,
+      status: json.status,
       endedAtMs: json.endedAtMs,
       endSeq: json.endSeq,
       revokeReason: json.revokeReason,
