@@ -278,6 +278,25 @@ describe('worker-agent: no workload outlives its lease', () => {
     expect(outcome.reason).toContain('local deadline');
   });
 
+  it('ends the whole tree within 1 s of the local deadline when NATS itself is gone', async () => {
+    const env = await setup();
+    const agent = await startAgent(env, 'w-no-nats');
+    const file = pidsFile(env, 'no-nats');
+    const ttlMs = 2_000;
+    const started = await run(env, agent, { job: 'tree', args: [file], ttlMs, initialTtlMs: ttlMs });
+    const lease = watchLease(env.nc, started.leaseId);
+    const pids = await readPids(file, 4);
+    await afterFreshRenewal(lease);
+
+    await env.nats.kill9();
+    const deadlineMs = lease.of('LeaseRenewed').at(-1)!.event.deadlineMs;
+    const goneAtMs = await waitGone(pids);
+
+    expect(goneAtMs - deadlineMs).toBeLessThan(GONE_WITHIN_MS);
+    expect(goneAtMs).toBeGreaterThan(deadlineMs - 250 - GRACE_MS);
+    expect(groupMembers(started.pid)).toEqual([]);
+  });
+
   it('ends the tree by its lease deadline when the agent is killed with -9; the repossessor revokes the lease', async () => {
     const env = await setup();
     const repossessor = await startService('repossessor', {

@@ -11,10 +11,12 @@ const RepossessorConfigSchema = z.object({
   /** Revocations appended concurrently in one tick; the rest wait for the next tick. */
   /**
    * Revocations in flight at once. Bounded so that an expiry burst does not queue the
-   * gateways' appends behind it: at 512 acquire p99 rose 8x during a 10k burst, at 64 3-5x,
+   * gateways' appends behind it: at 512 acquire p99 rose 8x during a 10k burst, at 16 3.6x,
    * and bursts still cleared in under 2 s (bench/README.md).
    */
-  BATCH_MAX: z.coerce.number().int().min(1).max(10_000).default(64),
+  BATCH_MAX: z.coerce.number().int().min(1).max(10_000).default(16),
+  /** Revocations per second at most, so that a burst leaves room for the gateways (bench/README.md). */
+  REVOKE_RATE_MAX: z.coerce.number().int().min(1).default(8_000),
   /** Idle wake-up when no deadline is near: bounds how late a revocation can be after a clock jump. */
   TICK_MS: z.coerce.number().int().min(5).max(60_000).default(250),
   /** "i/n": this replica revokes its own share at once and the others' only after TAKEOVER_MS. */
@@ -34,6 +36,7 @@ export type RepossessorConfig = Readonly<{
   streamReplicas: number;
   graceMs: number;
   batchMax: number;
+  revokeRateMax: number;
   tickMs: number;
   shard: { index: number; count: number };
   takeoverMs: number;
@@ -59,6 +62,7 @@ export const loadRepossessorConfig = (env: NodeJS.ProcessEnv = process.env): Rep
     streamReplicas: e.STREAM_REPLICAS,
     graceMs: e.GRACE_MS,
     batchMax: e.BATCH_MAX,
+    revokeRateMax: e.REVOKE_RATE_MAX,
     tickMs: e.TICK_MS,
     shard: Object.freeze({ index, count }),
     takeoverMs: e.TAKEOVER_MS,

@@ -139,7 +139,8 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
     index.push(nowMs() + RETRY_MS, leaseId);
   };
 
-  const tick = async (): Promise<void> => {
+  /** One bounded batch of revocations; returns how many it attempted. */
+  const tick = async (): Promise<number> => {
     const now = nowMs();
     const batch: Promise<void>[] = [];
     while (batch.length < config.batchMax) {
@@ -157,20 +158,27 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
       batch.push(revoke(entry.leaseId, revocableAt(lease)).finally(() => inflight.delete(entry.leaseId)));
     }
     await Promise.all(batch);
+    return batch.length;
   };
 
   let stopping = false;
   let wake: (() => void) | undefined;
   const loop = async () => {
     while (!stopping) {
+      const tickStartedMs = performance.now();
+      let attempted = 0;
       try {
-        await tick();
+        attempted = await tick();
       } catch (error) {
         logger.error({ err: error }, 'repossessor tick failed');
       }
+      // An expiry burst is worked off at REVOKE_RATE_MAX, not as fast as the server takes it:
+      // the gateways' appends share the server and the machine with it.
+      const pacedMs = (attempted / config.revokeRateMax) * 1_000 - (performance.now() - tickStartedMs);
       const next = index.peekDueMs();
-      const waitMs =
+      const dueInMs =
         next === undefined ? config.tickMs : Math.max(0, Math.min(config.tickMs, next - nowMs()));
+      const waitMs = Math.max(dueInMs, pacedMs);
       if (waitMs > 0 || index.size === 0) {
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, Math.max(waitMs, 1));
