@@ -28,9 +28,11 @@ export {
   type SetRequesterLimitRequest,
   systemClock,
 } from './client.js';
+export { type HeldLease, type HoldingClient, type HoldOptions, holdLease } from './hold.js';
 export {
   backoffMs,
   classifyRenewalError,
+  localDeadlineLoss,
   type NextRenewal,
   nextRenewal,
   RETRY_DELAY_MAX_MS,
@@ -46,7 +48,6 @@ export {
   ACQUIRE_RETRY_WITHIN_DEFAULT_MS,
   ACQUIRE_RETRY_WITHIN_LIMIT_MS,
   type LeaseHolderClient,
-  localDeadlineLoss,
   RELEASE_ATTEMPTS_MAX,
   type WithLeaseOptions,
   withLease,

@@ -1,4 +1,5 @@
-import { ERROR_CODES, isLeaseError, RENEW_FRACTION, renewAtMs } from '@lease/events';
+import { ERROR_CODES, isLeaseError, LeaseError, RENEW_FRACTION, renewAtMs } from '@lease/events';
+import type { Lease } from './client.js';
 
 /**
  * When a holder renews, as a pure function of its monotonic clock (ADR 0003).
@@ -72,3 +73,15 @@ export type RenewalFailure = 'lost' | 'retry';
  */
 export const classifyRenewalError = (error: unknown): RenewalFailure =>
   isLeaseError(error) && !ERROR_CODES[error.code].retryable ? 'lost' : 'retry';
+
+/** The lease is lost on the holder's own clock: the local deadline passed without a confirmed renewal. */
+export const localDeadlineLoss = (lease: Lease, lastError?: LeaseError): LeaseError =>
+  new LeaseError(
+    'LEASE_EXPIRED',
+    `lease ${lease.leaseId} passed its local deadline without a confirmed renewal` +
+      (lastError ? ` (last renewal: ${lastError.code})` : ''),
+    {
+      details: { local: true, leaseId: lease.leaseId, ...(lastError ? { lastCode: lastError.code } : {}) },
+      ...(lastError ? { cause: lastError } : {}),
+    },
+  );

@@ -7,7 +7,8 @@ import {
   newHolderSecret,
   toLeaseError,
 } from './client.js';
-import { backoffMs, classifyRenewalError, nextRenewal } from './renewal.js';
+import { holdLease } from './hold.js';
+import { backoffMs, localDeadlineLoss } from './renewal.js';
 
 /** Acquire attempts when the caller does not say (retryable errors only). */
 export const ACQUIRE_ATTEMPTS_DEFAULT = 5;
@@ -19,12 +20,6 @@ export const ACQUIRE_ATTEMPTS_LIMIT = 100;
 export const ACQUIRE_RETRY_WITHIN_LIMIT_MS = 10 * 60_000;
 /** Release attempts on the way out (retryable errors only, and only before the local deadline). */
 export const RELEASE_ATTEMPTS_MAX = 3;
-/**
- * Node fires a timer of more than 2^31-1 ms at once; longer waits are taken in steps and
- * the deadline is checked again after each.
- */
-const TIMER_DELAY_MAX_MS = 2 ** 31 - 1;
-
 /** The subset of a LeaseClient that holding a lease needs. */
 export type LeaseHolderClient = Pick<LeaseClient, 'clock' | 'timeoutMs' | 'acquire' | 'renew' | 'release'>;
 
@@ -45,18 +40,6 @@ export interface WithLeaseOptions {
   /** The release on the way out did not succeed; the lease ends at its deadline instead. */
   readonly onReleaseFailed?: (error: LeaseError) => void;
 }
-
-/** The lease is lost on the holder's own clock: the local deadline passed without a confirmed renewal. */
-export const localDeadlineLoss = (lease: Lease, lastError?: LeaseError): LeaseError =>
-  new LeaseError(
-    'LEASE_EXPIRED',
-    `lease ${lease.leaseId} passed its local deadline without a confirmed renewal` +
-      (lastError ? ` (last renewal: ${lastError.code})` : ''),
-    {
-      details: { local: true, leaseId: lease.leaseId, ...(lastError ? { lastCode: lastError.code } : {}) },
-      ...(lastError ? { cause: lastError } : {}),
-    },
-  );
 
 const exitReason = (lease: Lease): LeaseError =>
   new LeaseError('LEASE_RELEASED', `lease ${lease.leaseId} is being released: its scope has ended`, {
@@ -142,101 +125,26 @@ export const withLease = async <T>(
 ): Promise<T> => {
   const { clock } = client;
   const acquired = await acquireWithRetry(client, request, options);
+  // Granted too late to be of use (the acquire took longer than the TTL): no work starts.
+  if (clock.monotonicMs() >= acquired.localDeadlineMonotonicMs) {
+    const late = localDeadlineLoss(acquired);
+    notify(options.onLost, late);
+    throw late;
+  }
   const controller = new AbortController();
-  let current = acquired;
-  let failures = 0;
-  let lastError: LeaseError | undefined;
-  let lost: LeaseError | undefined;
-  let closing = false;
-  let renewTimer: ReturnType<typeof setTimeout> | undefined;
-  let deadlineTimer: ReturnType<typeof setTimeout> | undefined;
-  let inFlight: Promise<void> | undefined;
+  const held = holdLease(client, acquired, {
+    onRenewed: (lease) => notify(options.onRenewal, lease),
+    onRenewalFailed: (error, attempt) => notify(options.onRenewalFailed, error, attempt),
+    onLost: (reason) => {
+      controller.abort(reason);
+      notify(options.onLost, reason);
+    },
+  });
 
-  const clearTimers = () => {
-    clearTimeout(renewTimer);
-    clearTimeout(deadlineTimer);
-    renewTimer = undefined;
-    deadlineTimer = undefined;
-  };
-
-  const lose = (reason: LeaseError) => {
-    if (lost) return;
-    lost = reason;
-    clearTimers();
-    controller.abort(reason);
-    notify(options.onLost, reason);
-  };
-
-  /** The deadline is checked on the clock, not trusted to the timer: a timer may fire early or in steps. */
-  const armDeadline = () => {
-    clearTimeout(deadlineTimer);
-    deadlineTimer = undefined;
-    const leftMs = current.localDeadlineMonotonicMs - clock.monotonicMs();
-    if (leftMs <= 0) return lose(localDeadlineLoss(current, lastError));
-    deadlineTimer = setTimeout(armDeadline, Math.min(Math.ceil(leftMs), TIMER_DELAY_MAX_MS));
-  };
-
-  const scheduleRenewal = () => {
-    if (lost || closing) return;
-    const nowMs = clock.monotonicMs();
-    const next = nextRenewal({
-      ttlMs: current.ttlMs,
-      localDeadlineMs: current.localDeadlineMonotonicMs,
-      nowMs,
-      attempt: failures,
-    });
-    // Nothing fits before the local deadline: the deadline timer ends the lease.
-    if (next.kind !== 'renew') return;
-    renewTimer = setTimeout(
-      () => {
-        renewTimer = undefined;
-        const renewal = renewOnce();
-        inFlight = renewal;
-        void renewal.then(() => {
-          if (inFlight === renewal) inFlight = undefined;
-        });
-      },
-      Math.min(Math.max(0, Math.ceil(next.atMs - nowMs)), TIMER_DELAY_MAX_MS),
-    );
-  };
-
-  /** One renewal and what follows from its outcome. Never rejects. */
-  const renewOnce = async () => {
-    const lease = current;
-    const leftMs = lease.localDeadlineMonotonicMs - clock.monotonicMs();
-    if (leftMs <= 0) return lose(localDeadlineLoss(lease, lastError));
-    let renewed: Lease;
-    try {
-      // An answer after the local deadline is of no use: the lease is lost by then.
-      renewed = await client.renew(lease, {
-        timeoutMs: Math.max(1, Math.min(client.timeoutMs, Math.ceil(leftMs))),
-      });
-    } catch (cause) {
-      if (lost) return;
-      const error = toLeaseError(cause);
-      if (classifyRenewalError(error) === 'lost') return lose(error);
-      failures += 1;
-      lastError = error;
-      notify(options.onRenewalFailed, error, failures);
-      return scheduleRenewal();
-    }
-    if (lost) return;
-    // Confirmed too late (a starved event loop can run this after the deadline timer was due).
-    if (clock.monotonicMs() >= lease.localDeadlineMonotonicMs)
-      return lose(localDeadlineLoss(lease, lastError));
-    current = renewed;
-    failures = 0;
-    lastError = undefined;
-    notify(options.onRenewal, renewed);
-    if (closing) return;
-    armDeadline();
-    scheduleRenewal();
-  };
-
-  const releaseOnExit = async () => {
+  const releaseOnExit = async (lease: Lease) => {
     for (let n = 1; ; n++) {
       try {
-        await client.release(current);
+        await client.release(lease);
         return;
       } catch (cause) {
         const error = toLeaseError(cause);
@@ -244,27 +152,20 @@ export const withLease = async <T>(
         const retry =
           ERROR_CODES[error.code].retryable &&
           n < RELEASE_ATTEMPTS_MAX &&
-          clock.monotonicMs() + delayMs < current.localDeadlineMonotonicMs;
+          clock.monotonicMs() + delayMs < lease.localDeadlineMonotonicMs;
         if (!retry) return notify(options.onReleaseFailed, error);
         await sleep(delayMs);
       }
     }
   };
 
-  armDeadline();
-  // Granted too late to be of use (the acquire took longer than the TTL): no work starts.
-  if (lost) throw lost;
-  scheduleRenewal();
   try {
     return await work(controller.signal, acquired);
   } finally {
-    closing = true;
-    clearTimers();
     // Whatever `work` left running learns first that the lease is going away.
-    if (!lost) controller.abort(exitReason(current));
-    // A renewal in flight may still end the lease (a final answer): wait for its word.
-    while (inFlight) await inFlight;
-    clearTimers();
-    if (!lost) await releaseOnExit();
+    if (!held.lost()) controller.abort(exitReason(held.current()));
+    // A renewal in flight may still end the lease (a final answer): stop waits for its word.
+    const still = await held.stop();
+    if (still) await releaseOnExit(still);
   }
 };

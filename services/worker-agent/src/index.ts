@@ -7,7 +7,6 @@ export { createWorkerAgent, type WorkerAgent } from './agent.js';
 export { type AgentConfig, loadAgentConfig } from './config.js';
 export { parseDurationMs } from './duration.js';
 export { EXIT, exitCodeForOutcome, exitCodeForStartError } from './exit-codes.js';
-export { type HeldLease, type HoldOptions, holdLease } from './hold.js';
 export { type JobsFile, JobsFileV1, loadJobsFile, type ResolvedWorkload, resolveWorkload } from './jobs.js';
 export { groupAlive, groupMembers, isRunning, procStat, terminateGroup } from './process-group.js';
 export * from './protocol.js';

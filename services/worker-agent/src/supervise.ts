@@ -1,4 +1,4 @@
-import { type Lease, type LeaseClient, newHolderSecret } from '@lease/client';
+import { holdLease, type Lease, type LeaseClient, newHolderSecret } from '@lease/client';
 import {
   decodeEvent,
   ERROR_CODES,
@@ -9,7 +9,6 @@ import {
 } from '@lease/events';
 import type { NatsConnection, Subscription } from '@nats-io/transport-node';
 import type { Logger } from 'pino';
-import { holdLease } from './hold.js';
 import type { ResolvedWorkload } from './jobs.js';
 import { procStat } from './process-group.js';
 import {

@@ -1,20 +1,14 @@
-import {
-  classifyRenewalError,
-  type Lease,
-  type LeaseClient,
-  localDeadlineLoss,
-  nextRenewal,
-} from '@lease/client';
-import { isLeaseError, LeaseError } from '@lease/events';
+import type { LeaseError } from '@lease/events';
+import { type Lease, type LeaseClient, toLeaseError } from './client.js';
+import { classifyRenewalError, localDeadlineLoss, nextRenewal } from './renewal.js';
 
 /**
- * Holding one lease for a workload: withLease's renewal loop (ADR 0006) with two things
- * withLease does not do. Renewals ask for their own TTL (`renewTtlMs`), so the grant can
- * carry a longer initial TTL for a slow start; and the lease can be ended from outside,
- * when the agent hears the revocation event before its next renewal would have.
- *
- * Every confirmed renewal is reported with the new local deadline, which the agent passes
- * on to the watchdog; the loss is reported once, the moment it is known.
+ * Holding a granted lease (ADR 0006): renewals a third of the TTL after each confirmed
+ * send, retries on a shrinking schedule, the loss reported once, the moment it is known
+ * (a final answer, or the local deadline passing). `withLease` is built on it; the
+ * worker-agent uses it directly, because renewals may ask for their own TTL
+ * (`renewTtlMs`: a slow start's grant carries a longer one) and the lease may be ended from
+ * outside (`lose`: the agent heard the revocation event).
  */
 
 const TIMER_DELAY_MAX_MS = 2 ** 31 - 1;
@@ -22,8 +16,8 @@ const TIMER_DELAY_MAX_MS = 2 ** 31 - 1;
 export type HoldingClient = Pick<LeaseClient, 'clock' | 'timeoutMs' | 'renew'>;
 
 export interface HoldOptions {
-  /** The TTL every renewal asks for. */
-  readonly renewTtlMs: number;
+  /** The TTL every renewal asks for; the lease's own when absent. */
+  readonly renewTtlMs?: number | undefined;
   readonly onRenewed?: (lease: Lease) => void;
   readonly onRenewalFailed?: (error: LeaseError, attempt: number) => void;
   readonly onLost?: (reason: LeaseError) => void;
@@ -39,11 +33,6 @@ export interface HeldLease {
   /** Stops renewing, waits for a renewal in flight, and answers the lease if it is still held. */
   stop(): Promise<Lease | undefined>;
 }
-
-const asLeaseError = (cause: unknown): LeaseError =>
-  isLeaseError(cause)
-    ? (cause as LeaseError)
-    : new LeaseError('UNAVAILABLE', cause instanceof Error ? cause.message : String(cause), { cause });
 
 const notify = <A extends unknown[]>(hook: ((...args: A) => void) | undefined, ...args: A) => {
   try {
@@ -118,12 +107,12 @@ export const holdLease = (client: HoldingClient, granted: Lease, options: HoldOp
     let renewed: Lease;
     try {
       renewed = await client.renew(lease, {
-        ttlMs: options.renewTtlMs,
+        ...(options.renewTtlMs === undefined ? {} : { ttlMs: options.renewTtlMs }),
         timeoutMs: Math.max(1, Math.min(client.timeoutMs, Math.ceil(leftMs))),
       });
     } catch (cause) {
       if (lostReason || stopped) return;
-      const error = asLeaseError(cause);
+      const error = toLeaseError(cause);
       if (classifyRenewalError(error) === 'lost') return lose(error);
       failures += 1;
       lastError = error;

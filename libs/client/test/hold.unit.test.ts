@@ -1,7 +1,7 @@
-import type { Lease, LeaseClient } from '@lease/client';
 import { LeaseError, type LeaseView } from '@lease/events';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { holdLease } from '../src/hold.js';
+import type { Lease, LeaseClient } from '../src/index.js';
 
 /** A lease handle as the SDK builds one, on a clock that fake timers move. */
 const leaseAt = (sentAtMonotonicMs: number, ttlMs: number): Lease => ({
