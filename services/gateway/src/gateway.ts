@@ -69,7 +69,8 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
     js,
     jsm,
     ...(snapshot.found ? { from: snapshot.state } : {}),
-    onEvent: (stored) => waiting?.onEvent(stored),
+    // Nothing is folded before start(), by which time `waiting` exists.
+    onEvent: (stored) => waiting.onEvent(stored),
     onProblem: (seq, subject, problem, message) =>
       logger.warn({ seq, subject, problem }, `skipped an event the gateway cannot decode: ${message}`),
   });
