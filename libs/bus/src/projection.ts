@@ -22,6 +22,8 @@ export interface ProjectionOptions {
   readonly onProblem?: (seq: number, subject: string, problem: DecodeProblem, message: string) => void;
   /** Messages asked of the server at a time while replaying. */
   readonly batchMessages?: number;
+  /** How long `catchUp()` waits by default (CATCH_UP_TIMEOUT_MS). */
+  readonly catchUpTimeoutMs?: number;
 }
 
 export const CATCH_UP_TIMEOUT_MS = 10_000;
@@ -67,7 +69,7 @@ export class Projection {
   }
 
   /** Waits until everything appended so far is folded: after a rejected append, before deciding again. */
-  async catchUp(timeoutMs = CATCH_UP_TIMEOUT_MS): Promise<boolean> {
+  async catchUp(timeoutMs = this.options.catchUpTimeoutMs ?? CATCH_UP_TIMEOUT_MS): Promise<boolean> {
     return this.waitFor(await this.streamLastSeq(), timeoutMs);
   }
 
