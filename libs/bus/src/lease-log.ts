@@ -4,14 +4,20 @@ import { connectBus } from './connection.js';
 import { type LoadedSnapshot, SnapshotStore } from './snapshots.js';
 import { ensureLeaseStream } from './stream.js';
 
+/** The connection settings every service's config carries. */
+export interface LeaseLogConfig {
+  readonly natsUrl: string;
+  readonly natsUser?: string | undefined;
+  readonly natsPassword?: string | undefined;
+  readonly streamReplicas: number;
+}
+
 export interface OpenLeaseLogOptions {
   /** A connection to reuse (tests); otherwise one is opened, and closed by `close()`. */
   readonly nc?: NatsConnection | undefined;
-  readonly servers: string;
+  /** Shows in the server's connection list: service name and instance. */
   readonly name: string;
-  readonly user?: string | undefined;
-  readonly pass?: string | undefined;
-  readonly replicas: number;
+  readonly config: LeaseLogConfig;
 }
 
 /**
@@ -19,16 +25,17 @@ export interface OpenLeaseLogOptions {
  * configured, and the newest usable snapshot to replay the tail from.
  */
 export const openLeaseLog = async (options: OpenLeaseLogOptions) => {
+  const { config } = options;
   const nc =
     options.nc ??
     (await connectBus({
-      servers: options.servers,
+      servers: config.natsUrl,
       name: options.name,
-      user: options.user,
-      pass: options.pass,
+      user: config.natsUser,
+      pass: config.natsPassword,
     }));
-  const stream = await ensureLeaseStream(nc, { replicas: options.replicas });
-  const snapshots = await SnapshotStore.open(nc, { replicas: options.replicas });
+  const stream = await ensureLeaseStream(nc, { replicas: config.streamReplicas });
+  const snapshots = await SnapshotStore.open(nc, { replicas: config.streamReplicas });
   const snapshot: LoadedSnapshot = await snapshots.load(stream.state.last_seq);
   return {
     nc,

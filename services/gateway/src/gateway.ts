@@ -51,14 +51,7 @@ export interface GatewayDeps {
 export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
   const { config, logger } = deps;
   const nowMs = deps.nowMs ?? Date.now;
-  const log = await openLeaseLog({
-    nc: deps.nc,
-    servers: config.natsUrl,
-    name: `${SERVICE_NAME}:${config.instance}`,
-    user: config.natsUser,
-    pass: config.natsPassword,
-    replicas: config.streamReplicas,
-  });
+  const log = await openLeaseLog({ nc: deps.nc, name: `${SERVICE_NAME}:${config.instance}`, config });
   const { nc, js, jsm, stream, snapshots, snapshot } = log;
   // The projection folds onto the restored state in place: remember where it started.
   const fromSnapshotSeq = snapshot.found ? snapshot.state.lastSeq : null;

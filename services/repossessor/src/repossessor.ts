@@ -72,14 +72,7 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
   const { config, logger } = deps;
   const nowMs = deps.nowMs ?? Date.now;
   // The repossessor reads the gateways' snapshots; it writes none of its own.
-  const log = await openLeaseLog({
-    nc: deps.nc,
-    servers: config.natsUrl,
-    name: `${SERVICE_NAME}:${config.instance}`,
-    user: config.natsUser,
-    pass: config.natsPassword,
-    replicas: config.streamReplicas,
-  });
+  const log = await openLeaseLog({ nc: deps.nc, name: `${SERVICE_NAME}:${config.instance}`, config });
   const { nc, js, jsm, snapshot } = log;
   const metrics = new RepossessorMetrics();
   const index = new DeadlineIndex();

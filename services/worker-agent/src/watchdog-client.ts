@@ -6,8 +6,8 @@ import {
   encodeLine,
   type FromWatchdog,
   lineReader,
-  type OutputSpec,
   type TerminatedBy,
+  type ToWatchdog,
 } from './watchdog-protocol.js';
 
 /** The agent's side of the watchdog (ADR 0008). */
@@ -19,17 +19,8 @@ export const WATCHDOG_EXIT_WAIT_MS = 5_000;
 
 export const watchdogScript = (): string => fileURLToPath(new URL('./watchdog.js', import.meta.url));
 
-export interface SpawnSpec {
-  readonly id: string;
-  readonly command: string;
-  readonly args: readonly string[];
-  readonly env: Readonly<Record<string, string>>;
-  readonly cwd?: string;
-  readonly output: OutputSpec;
-  /** Milliseconds left to the lease's local deadline, measured just before this call. */
-  readonly remainingMs: number;
-  readonly graceMs: number;
-}
+/** What the agent asks the watchdog to start: the protocol's spawn message, without its tag. */
+export type SpawnSpec = Omit<Extract<ToWatchdog, { t: 'spawn' }>, 't'>;
 
 export interface ExitReport {
   readonly code: number | null;
