@@ -1,5 +1,6 @@
 export * from './append.js';
 export * from './connection.js';
+export * from './env.js';
 export * from './lease-log.js';
 export * from './local-server.js';
 export * from './projection.js';

@@ -1,3 +1,4 @@
+import { parseEnv } from '@lease/bus';
 import { DEFAULT_POLICY, REQUEST_BYTES_MAX } from '@lease/events';
 import { z } from 'zod';
 
@@ -39,14 +40,7 @@ export type GatewayConfig = Readonly<{
 }>;
 
 export const loadGatewayConfig = (env: NodeJS.ProcessEnv = process.env): GatewayConfig => {
-  const parsed = GatewayConfigSchema.safeParse(env);
-  if (!parsed.success) {
-    const problems = parsed.error.issues
-      .map((issue) => `${issue.path.join('.')}: ${issue.message}`)
-      .join('; ');
-    throw new Error(`gateway configuration is invalid: ${problems}`);
-  }
-  const e = parsed.data;
+  const e = parseEnv(GatewayConfigSchema, env, 'gateway');
   if (e.TTL_MIN_MS > e.TTL_MAX_MS)
     throw new Error('gateway configuration is invalid: TTL_MIN_MS > TTL_MAX_MS');
   return Object.freeze({

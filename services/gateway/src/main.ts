@@ -1,9 +1,10 @@
+import { configOrExit } from '@lease/bus';
 import { pino } from 'pino';
 import { loadGatewayConfig } from './config.js';
 import { createGateway } from './gateway.js';
 
 /** Process entry: config, logger, gateway, stop on signal. */
-const config = loadGatewayConfig();
+const config = configOrExit(loadGatewayConfig);
 const logger = pino({ level: config.logLevel, base: { service: 'gateway', instance: config.instance } });
 
 const gateway = await createGateway({ config, logger }).catch((error: unknown) => {

@@ -1,3 +1,4 @@
+import { parseEnv } from '@lease/bus';
 import { z } from 'zod';
 
 const RepossessorConfigSchema = z.object({
@@ -44,14 +45,7 @@ export type RepossessorConfig = Readonly<{
 }>;
 
 export const loadRepossessorConfig = (env: NodeJS.ProcessEnv = process.env): RepossessorConfig => {
-  const parsed = RepossessorConfigSchema.safeParse(env);
-  if (!parsed.success) {
-    const problems = parsed.error.issues
-      .map((issue) => `${issue.path.join('.')}: ${issue.message}`)
-      .join('; ');
-    throw new Error(`repossessor configuration is invalid: ${problems}`);
-  }
-  const e = parsed.data;
+  const e = parseEnv(RepossessorConfigSchema, env, 'repossessor');
   const [index, count] = e.SHARD.split('/').map(Number) as [number, number];
   if (count < 1 || index >= count) throw new Error(`repossessor configuration is invalid: SHARD ${e.SHARD}`);
   return Object.freeze({

@@ -1,9 +1,10 @@
+import { configOrExit } from '@lease/bus';
 import { pino } from 'pino';
 import { loadRepossessorConfig } from './config.js';
 import { createRepossessor } from './repossessor.js';
 
 /** Process entry: config, logger, repossessor, stop on signal. */
-const config = loadRepossessorConfig();
+const config = configOrExit(loadRepossessorConfig);
 const logger = pino({ level: config.logLevel, base: { service: 'repossessor', instance: config.instance } });
 
 const repossessor = await createRepossessor({ config, logger }).catch((error: unknown) => {

@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { parseEnv } from '@lease/bus';
 import { z } from 'zod';
 import { WorkerId } from './protocol.js';
 
@@ -51,14 +52,7 @@ export type AgentConfig = Readonly<{
 }>;
 
 export const loadAgentConfig = (env: NodeJS.ProcessEnv = process.env): AgentConfig => {
-  const parsed = AgentConfigSchema.safeParse(env);
-  if (!parsed.success) {
-    const problems = parsed.error.issues
-      .map((issue) => `${issue.path.join('.')}: ${issue.message}`)
-      .join('; ');
-    throw new Error(`worker-agent configuration is invalid: ${problems}`);
-  }
-  const e = parsed.data;
+  const e = parseEnv(AgentConfigSchema, env, 'worker-agent');
   return Object.freeze({
     natsUrl: e.NATS_URL,
     natsUser: e.NATS_USER,
