@@ -24,6 +24,8 @@ export interface ProjectionOptions {
   readonly batchMessages?: number;
   /** How long `catchUp()` waits by default (CATCH_UP_TIMEOUT_MS). */
   readonly catchUpTimeoutMs?: number;
+  /** Folds nothing after this sequence (a point-in-time replay); `start()` resolves once it is reached. */
+  readonly untilSeq?: number;
 }
 
 export const CATCH_UP_TIMEOUT_MS = 10_000;
@@ -60,7 +62,7 @@ export class Projection {
 
   /** Starts following the log; resolves once caught up with what the stream held at start. */
   async start(timeoutMs = CATCH_UP_TIMEOUT_MS * 6): Promise<void> {
-    const lastSeq = await this.streamLastSeq();
+    const lastSeq = Math.min(await this.streamLastSeq(), this.options.untilSeq ?? Number.POSITIVE_INFINITY);
     this.readyAtSeq = lastSeq;
     this.running = this.follow();
     if (!(await this.waitFor(lastSeq, timeoutMs))) {
@@ -112,8 +114,13 @@ export class Projection {
         const messages = await consumer.consume({ max_messages: this.options.batchMessages ?? 4_096 });
         this.stopConsumer = () => void messages.stop();
         if (this.stopping) messages.stop();
+        const untilSeq = this.options.untilSeq ?? Number.POSITIVE_INFINITY;
         for await (const message of messages) {
-          this.apply(message.seq, message.subject, message.data);
+          if (message.seq <= untilSeq) this.apply(message.seq, message.subject, message.data);
+          if (message.seq >= untilSeq) {
+            this.stopping = true;
+            messages.stop();
+          }
         }
       } catch {
         // The consumer could not be created or broke (server restarting): try again shortly.

@@ -6,6 +6,7 @@ import {
   CancelResultV1,
   type Clock,
   COMMAND_SUBJECTS,
+  compiled,
   DefineLimitRequestV1,
   GetRequestV1,
   isLeaseError,
@@ -177,6 +178,17 @@ const invalidReply = (subject: string, problem: string, details?: Record<string,
   });
 
 /** Bytes of a reply to the typed result, or the LeaseError it carries or amounts to. Never throws. */
+/** `okReply(result)`, built and compiled once per result schema. */
+const okReplyOf = (result: z.ZodType): z.ZodType => {
+  let schema = OK_REPLIES.get(result);
+  if (!schema) {
+    schema = compiled(okReply(result));
+    OK_REPLIES.set(result, schema);
+  }
+  return schema;
+};
+const OK_REPLIES = new WeakMap<z.ZodType, z.ZodType>();
+
 export const decodeReply = <S extends z.ZodType>(
   subject: string,
   resultSchema: S,
@@ -188,9 +200,9 @@ export const decodeReply = <S extends z.ZodType>(
   } catch {
     return { ok: false, error: invalidReply(subject, 'not UTF-8 JSON', { bytes: data.length }) };
   }
-  const failed = ErrorBody.safeParse(raw);
+  const failed = compiled(ErrorBody).safeParse(raw);
   if (failed.success) return { ok: false, error: leaseErrorFromJson(failed.data.error) };
-  const parsed = okReply(resultSchema).safeParse(raw);
+  const parsed = okReplyOf(resultSchema).safeParse(raw);
   if (!parsed.success) {
     return {
       ok: false,
@@ -288,7 +300,7 @@ export const createLeaseClient = (options: LeaseClientOptions): LeaseClient => {
     resultSchema: R,
     callTimeoutMs: number,
   ): Promise<z.infer<R>> => {
-    const checked = requestSchema.safeParse(request);
+    const checked = compiled(requestSchema).safeParse(request);
     if (!checked.success) throw invalidRequest(subject, checked.error);
     let data: Uint8Array;
     try {

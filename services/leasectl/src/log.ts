@@ -13,9 +13,9 @@ import {
   type LeaseState,
   leaseSubject,
   STREAM_NAME,
-  skipUndecodable,
+  type StoredEvent,
 } from '@lease/events';
-import { type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { DeliverPolicy, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { LogPoint } from './format.js';
 
@@ -131,20 +131,47 @@ export const lastSeqOnSubject = async (jsm: JetStreamManager, subject: string): 
   return last?.seq ?? 0;
 };
 
-/** The state of every limit and lease as it was at `point`, rebuilt from the log alone. */
+/**
+ * The state of every limit and lease as it was at `point`, rebuilt from the log alone: the
+ * Projection the services run, stopped at the point (a time point is first turned into the
+ * last sequence stored at or before it).
+ */
 export const replayAt = async (
   nc: NatsConnection,
   point: LogPoint,
   onProgress?: OnProgress,
 ): Promise<{ state: LeaseState; lastTime: Date | undefined }> => {
-  const state = initialState();
-  let lastTime: Date | undefined;
-  for await (const item of readLog(nc, { to: point, ...(onProgress ? { onProgress } : {}) })) {
-    if (item.event) evolve(state, { seq: item.seq, event: item.event });
-    else skipUndecodable(state, item.seq, item.subject);
-    lastTime = item.time;
+  const jsm = await jetstreamManager(nc);
+  const lastSeq = await streamLastSeq(jsm);
+  const untilSeq =
+    'seq' in point ? Math.max(0, Math.min(point.seq, lastSeq)) : await lastSeqAt(nc, point.time, lastSeq);
+  if (untilSeq === 0) return { state: initialState(), lastTime: undefined };
+  const projection = new Projection({
+    js: jetstream(nc),
+    jsm,
+    batchMessages: REPLAY_BATCH,
+    untilSeq,
+    ...(onProgress ? { onEvent: (stored: StoredEvent) => onProgress(stored.seq, untilSeq) } : {}),
+  });
+  try {
+    await projection.start(AUDIT_TIMEOUT_MS);
+  } finally {
+    await projection.stop();
   }
-  return { state, lastTime };
+  const last = await jsm.streams.getMessage(STREAM_NAME, { seq: projection.state.lastSeq }).catch(() => null);
+  return { state: projection.state, lastTime: last?.time };
+};
+
+/** The last sequence stored at or before `time` (by the millisecond), from the first message after it. */
+const lastSeqAt = async (nc: NatsConnection, time: Date, lastSeq: number): Promise<number> => {
+  if (lastSeq === 0) return 0;
+  const consumer = await jetstream(nc).consumers.get(STREAM_NAME, {
+    deliver_policy: DeliverPolicy.StartTime,
+    opt_start_time: new Date(time.getTime() + 1).toISOString(),
+  });
+  const next = await consumer.next({ expires: 2_000 });
+  await consumer.delete().catch(() => undefined);
+  return next ? Math.min(next.seq - 1, lastSeq) : lastSeq;
 };
 
 export interface HistoryEntry {

@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { compiled } from '../codec.js';
+import { Metadata } from '../schemas/common.js';
 import {
   ANOMALY_KINDS,
   idempotencyIndexKey,
@@ -23,7 +25,7 @@ const LeaseRecordJson = z.object({
   fencingToken: z.number(),
   secretHash: z.string(),
   idempotencyKey: z.string().optional(),
-  metadata: z.record(z.string(), z.json()).optional(),
+  metadata: Metadata.optional(),
   grantedAtMs: z.number(),
   grantSeq: z.number(),
   ttlMs: z.number(),
@@ -105,7 +107,7 @@ export type Restored = { ok: true; state: LeaseState } | { ok: false; message: s
 
 /** Validates and restores a snapshot; the derived indexes are rebuilt, not trusted. */
 export const stateFromSnapshot = (json: unknown): Restored => {
-  const parsed = SnapshotV1.safeParse(json);
+  const parsed = compiled(SnapshotV1).safeParse(json);
   if (!parsed.success)
     return {
       ok: false,

@@ -14,8 +14,13 @@ export const HolderId = Name;
 export const IdempotencyKey = z.string().min(1).max(128);
 export const Millis = z.number().int().nonnegative();
 export const PositiveMillis = z.number().int().positive();
-/** Free-form JSON the caller attaches to a lease; its serialized size is capped by policy. */
-export const Metadata = z.record(z.string(), z.json());
+/**
+ * Free-form JSON the caller attaches to a lease; its serialized size is capped by policy.
+ * Values are `unknown`, not `z.json()`: whatever reaches a schema was parsed from JSON, so
+ * it is JSON already, and `z.json()` is a reference cycle that keeps every schema holding
+ * it off zod's compiled fast path (see `compiled` in ../codec.ts).
+ */
+export const Metadata = z.record(z.string(), z.unknown());
 
 export const SLOTS_PER_LIMIT_MAX = 1_000_000;
 export const LIMITS_PER_LEASE_MAX = 16;
