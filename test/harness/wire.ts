@@ -7,6 +7,7 @@ import {
   LeaseResultV1,
   LimitListResultV1,
   LimitResultV1,
+  RenewManyResultV1,
   RequesterLimitResultV1,
 } from '@lease/events';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -21,6 +22,7 @@ const RESULTS = {
   acquire: AcquireResultV1,
   cancel: CancelResultV1,
   renew: LeaseResultV1,
+  renewMany: RenewManyResultV1,
   release: LeaseResultV1,
   revoke: LeaseResultV1,
   get: LeaseResultV1,

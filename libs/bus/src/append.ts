@@ -1,5 +1,6 @@
 import { encodeEvent, LeaseError, type LeaseEvent, subjectFor } from '@lease/events';
-import { JetStreamApiError, type JetStreamClient } from '@nats-io/jetstream';
+import { JetStreamApiError } from '@nats-io/jetstream';
+import type { Publisher } from './publisher.js';
 
 /** JetStream's error code for a failed Nats-Expected-Last-(Subject-)Sequence check. */
 export const WRONG_LAST_SEQUENCE = 10071;
@@ -24,7 +25,7 @@ export interface AppendOptions {
 
 /** One decision, one message, one conditional append (DESIGN.md "Conditional appends"). */
 export const appendEvent = async (
-  js: JetStreamClient,
+  js: Publisher,
   event: LeaseEvent,
   options: AppendOptions,
 ): Promise<AppendResult> => {

@@ -4,6 +4,7 @@ export * from './env.js';
 export * from './lease-log.js';
 export * from './local-server.js';
 export * from './projection.js';
+export * from './publisher.js';
 export * from './server-version.js';
 export * from './snapshots.js';
 export * from './stream.js';

@@ -1,6 +1,7 @@
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { connectBus } from './connection.js';
+import { createPublisher } from './publisher.js';
 import { type LoadedSnapshot, SnapshotStore } from './snapshots.js';
 import { ensureLeaseStream } from './stream.js';
 
@@ -37,15 +38,19 @@ export const openLeaseLog = async (options: OpenLeaseLogOptions) => {
   const stream = await ensureLeaseStream(nc, { replicas: config.streamReplicas });
   const snapshots = await SnapshotStore.open(nc, { replicas: config.streamReplicas });
   const snapshot: LoadedSnapshot = await snapshots.load(stream.state.last_seq);
+  const publisher = createPublisher(nc);
   return {
     nc,
     js: jetstream(nc),
+    /** Where appends go: pipelined publishes on this connection (appendEvent). */
+    publisher,
     jsm: await jetstreamManager(nc),
     stream,
     snapshots,
     snapshot,
     /** Closes the connection if this opened it. */
     close: async () => {
+      publisher.close();
       if (!options.nc) await nc.drain().catch(() => undefined);
     },
   };

@@ -14,6 +14,7 @@ import {
   LeaseListResultV1,
   LeaseResultV1,
   type LeaseView,
+  LeaseViewV1,
   LimitListResultV1,
   LimitResultV1,
   type LimitView,
@@ -22,8 +23,10 @@ import {
   leaseErrorFromJson,
   localDeadlineMs,
   okReply,
+  RENEW_BATCH_MAX,
   ReleaseRequestV1,
   RemoveLimitRequestV1,
+  RenewManyRequestV1,
   RenewRequestV1,
   RequesterLimitResultV1,
   RevokeRequestV1,
@@ -31,6 +34,7 @@ import {
 } from '@lease/events';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { z } from 'zod';
+import { createRenewBatcher } from './renew-batch.js';
 
 /** A request waits this long for the gateway's answer unless the client or the call says otherwise. */
 export const REQUEST_TIMEOUT_DEFAULT_MS = 5_000;
@@ -38,6 +42,12 @@ export const REQUEST_TIMEOUT_DEFAULT_MS = 5_000;
 export const REQUEST_TIMEOUT_MAX_MS = 60_000;
 /** An acquire that waits for slots (waitMs) gets its wait on top of the timeout, up to this much. */
 export const ACQUIRE_WAIT_MAX_MS = 10 * 60_000;
+/**
+ * Renewals per renew-many request unless told otherwise. Smaller than the gateway's bound on
+ * purpose: with 100 holders renewing back to back, requests of 64 kept two in flight and
+ * renewed 30k/s where one request of 100 renewed 24k/s (ADR 0010).
+ */
+export const RENEW_BATCH_DEFAULT = 64;
 /** 24 random bytes: 32 base64url characters, within the 16..128 the gateway accepts. */
 const HOLDER_SECRET_BYTES = 24;
 
@@ -131,6 +141,12 @@ export interface LeaseClientOptions {
   readonly nc: Pick<NatsConnection, 'request'>;
   readonly timeoutMs?: number;
   readonly clock?: Clock;
+  /**
+   * Renewals asked for in one turn of the event loop travel together, at most this many
+   * per `renew-many` request (RENEW_BATCH_MAX at most; RENEW_BATCH_DEFAULT unless given);
+   * 1 sends each in its own `renew`.
+   */
+  readonly renewBatchMax?: number;
 }
 
 const checkTimeout = (timeoutMs: number, what: string): number => {
@@ -170,6 +186,11 @@ const ErrorBody = z.object({
     message: z.string().optional(),
     details: z.record(z.string(), z.unknown()).optional(),
   }),
+});
+
+/** Each renewal's answer: its lease, or its error read as loosely as ErrorBody. */
+const RenewManyReply = z.object({
+  results: z.array(z.union([z.object({ ok: z.literal(true), lease: LeaseViewV1 }), ErrorBody])),
 });
 
 const invalidReply = (subject: string, problem: string, details?: Record<string, unknown>) =>
@@ -316,6 +337,27 @@ export const createLeaseClient = (options: LeaseClientOptions): LeaseClient => {
     return decoded.result;
   };
 
+  const renewBatched = createRenewBatcher({
+    batchMax: Math.min(Math.max(1, options.renewBatchMax ?? RENEW_BATCH_DEFAULT), RENEW_BATCH_MAX),
+    one: async (request, callTimeoutMs) =>
+      (await roundTrip(COMMAND_SUBJECTS.renew, RenewRequestV1, request, LeaseResultV1, callTimeoutMs)).lease,
+    many: async (renewals, callTimeoutMs) => {
+      const subject = COMMAND_SUBJECTS.renewMany;
+      const { results } = await roundTrip(
+        subject,
+        RenewManyRequestV1,
+        { renewals },
+        RenewManyReply,
+        callTimeoutMs,
+      );
+      if (results.length !== renewals.length)
+        throw invalidReply(subject, `${results.length} results for ${renewals.length} renewals`);
+      return results.map((item) =>
+        item.ok ? { ok: true, lease: item.lease } : { ok: false, error: leaseErrorFromJson(item.error) },
+      );
+    },
+  });
+
   const timeoutOf = (opts?: CallOptions) =>
     opts?.timeoutMs === undefined ? timeoutMs : checkTimeout(opts.timeoutMs, 'timeoutMs');
 
@@ -357,19 +399,18 @@ export const createLeaseClient = (options: LeaseClientOptions): LeaseClient => {
 
     async renew(lease, opts) {
       const ttlMs = opts?.ttlMs ?? lease.ttlMs;
+      // Read before the renewal is queued: the local deadline runs from before the send.
       const sentAtMonotonicMs = clock.monotonicMs();
-      const result = await roundTrip(
-        COMMAND_SUBJECTS.renew,
-        RenewRequestV1,
-        {
-          leaseId: lease.leaseId,
-          holderSecret: lease.holderSecret,
-          ...(opts?.ttlMs === undefined ? {} : { ttlMs: opts.ttlMs }),
-        },
-        LeaseResultV1,
-        timeoutOf(opts),
-      );
-      return leaseHandle({ view: result.lease, holderSecret: lease.holderSecret, sentAtMonotonicMs, ttlMs });
+      const request = compiled(RenewRequestV1).safeParse({
+        leaseId: lease.leaseId,
+        holderSecret: lease.holderSecret,
+        ...(opts?.ttlMs === undefined ? {} : { ttlMs: opts.ttlMs }),
+      });
+      if (!request.success) throw invalidRequest(COMMAND_SUBJECTS.renew, request.error);
+      const view = await renewBatched(request.data, timeoutOf(opts)).catch((cause: unknown) => {
+        throw toLeaseError(cause, COMMAND_SUBJECTS.renew);
+      });
+      return leaseHandle({ view, holderSecret: lease.holderSecret, sentAtMonotonicMs, ttlMs });
     },
 
     async release(lease, opts) {

@@ -29,6 +29,7 @@ export const COMMAND_SUBJECTS = {
   acquire: `${COMMAND_PREFIX}.acquire`,
   cancel: `${COMMAND_PREFIX}.cancel`,
   renew: `${COMMAND_PREFIX}.renew`,
+  renewMany: `${COMMAND_PREFIX}.renew-many`,
   release: `${COMMAND_PREFIX}.release`,
   revoke: `${COMMAND_PREFIX}.revoke`,
   get: `${COMMAND_PREFIX}.get`,

@@ -6,7 +6,7 @@ import {
   JSON_SCHEMA_GROUPS,
   LeaseEventV1,
   okReply,
-  SnapshotV1,
+  SnapshotV2,
   versionedSchemas,
 } from '../src/index.js';
 import { SECRET, T0 } from './helpers.js';
@@ -59,7 +59,7 @@ describe('the compiled fast path', () => {
   it('covers every schema of the wire and the snapshot (none holds a reference cycle)', () => {
     const schemas = [
       ...JSON_SCHEMA_GROUPS.flatMap((group) => Object.entries(versionedSchemas(group))),
-      ['SnapshotV1', SnapshotV1] as const,
+      ['SnapshotV2', SnapshotV2] as const,
       ['okReply', okReply(z.object({ a: z.number() }))] as const,
     ];
     expect(schemas.length).toBeGreaterThan(30);

@@ -247,7 +247,7 @@ describe('the checks themselves', () => {
   });
 
   it('miss a subject that is not in its verb section', () => {
-    expect(verbsWithoutSubject(drop(protocol, COMMAND_SUBJECTS.renew))).toEqual(['renew']);
+    expect(verbsWithoutSubject(drop(protocol, COMMAND_SUBJECTS.release))).toEqual(['release']);
   });
 
   it('see an error code missing or with the wrong flag', () => {

@@ -11,6 +11,7 @@ import {
   parseRequest,
   ReleaseRequestV1,
   RemoveLimitRequestV1,
+  RenewManyRequestV1,
   RenewRequestV1,
   RevokeRequestV1,
   SetRequesterLimitRequestV1,
@@ -52,7 +53,7 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
   const { config, logger } = deps;
   const nowMs = deps.nowMs ?? Date.now;
   const log = await openLeaseLog({ nc: deps.nc, name: `${SERVICE_NAME}:${config.instance}`, config });
-  const { nc, js, jsm, stream, snapshots, snapshot } = log;
+  const { nc, js, jsm, publisher, stream, snapshots, snapshot } = log;
   // The projection folds onto the restored state in place: remember where it started.
   const fromSnapshotSeq = snapshot.found ? snapshot.state.lastSeq : null;
   if (!snapshot.found && snapshot.reason !== 'none')
@@ -67,7 +68,7 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
     onProblem: (seq, subject, problem, message) =>
       logger.warn({ seq, subject, problem }, `skipped an event the gateway cannot decode: ${message}`),
   });
-  const writer = new LogWriter(js, projection, config.instance, metrics);
+  const writer = new LogWriter(publisher, projection, config.instance, metrics);
   const admission = new Admission(
     projection,
     writer,
@@ -142,6 +143,7 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
   endpoint(COMMAND_SUBJECTS.acquire, AcquireRequestV1, commands.acquire);
   endpoint(COMMAND_SUBJECTS.cancel, CancelRequestV1, commands.cancel);
   endpoint(COMMAND_SUBJECTS.renew, RenewRequestV1, commands.renew);
+  endpoint(COMMAND_SUBJECTS.renewMany, RenewManyRequestV1, commands.renewMany);
   endpoint(COMMAND_SUBJECTS.release, ReleaseRequestV1, commands.release);
   endpoint(COMMAND_SUBJECTS.revoke, RevokeRequestV1, commands.revoke);
   endpoint(COMMAND_SUBJECTS.get, GetRequestV1, commands.get);

@@ -1,5 +1,5 @@
 import { appendEvent, ensureLeaseStream } from '@lease/bus';
-import { type LeaseEvent, STREAM_NAME } from '@lease/events';
+import { type LeaseEvent, leaseSubject, STREAM_NAME } from '@lease/events';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Svcm } from '@nats-io/services';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -137,6 +137,69 @@ describe('the gateway on a real nats-server', () => {
     expect(await callGateway(nc, 'renew', { leaseId: lease.leaseId, holderSecret })).toMatchObject({
       ok: false,
       error: { code: 'LEASE_RELEASED', retryable: false },
+    });
+  });
+
+  it('renews many leases in one request, each as if alone: its own event on its own subject, its own answer', async () => {
+    const leases = [];
+    for (let i = 0; i < 3; i++)
+      leases.push(
+        resultOf(
+          await callGateway(nc, 'acquire', {
+            requester: `batch-${i}`,
+            slots: [{ limit: 'wide', count: 1 }],
+            ttlMs: 10_000,
+            holderSecret: secret(`batch-${i}`),
+          }),
+        ).lease,
+      );
+    const [a, b, c] = leases as [(typeof leases)[0], (typeof leases)[0], (typeof leases)[0]];
+    resultOf(await callGateway(nc, 'release', { leaseId: c.leaseId, holderSecret: secret('batch-2') }));
+    const reply = resultOf(
+      await callGateway(nc, 'renewMany', {
+        renewals: [
+          { leaseId: a.leaseId, holderSecret: secret('batch-0'), ttlMs: 20_000 },
+          { leaseId: b.leaseId, holderSecret: secret('stranger') },
+          { leaseId: c.leaseId, holderSecret: secret('batch-2') },
+          { leaseId: 'no-such-lease', holderSecret: secret('batch-0') },
+          { leaseId: b.leaseId.replace(/.$/, '_'), holderSecret: secret('batch-1') },
+        ],
+      }),
+    );
+    expect(reply.results.map((r) => (r.ok ? 'ok' : r.error.code))).toEqual([
+      'ok',
+      'FORBIDDEN',
+      'LEASE_RELEASED',
+      'UNKNOWN_LEASE',
+      'UNKNOWN_LEASE',
+    ]);
+    const renewed = reply.results[0];
+    expect(renewed?.ok && renewed.lease).toMatchObject({ leaseId: a.leaseId, renewals: 1, ttlMs: 20_000 });
+    // The renewal is an ordinary LeaseRenewed on the lease's own subject, right after its grant.
+    const stored = await (await jetstreamManager(nc)).streams.getMessage(STREAM_NAME, {
+      last_by_subj: leaseSubject(a.leaseId),
+    });
+    expect(JSON.parse(new TextDecoder().decode(stored!.data))).toMatchObject({
+      type: 'LeaseRenewed',
+      leaseId: a.leaseId,
+      ttlMs: 20_000,
+    });
+    expect(renewed?.ok && renewed.lease.lastSubjectSeq).toBe(stored!.seq);
+
+    const twice = await callGateway(nc, 'renewMany', {
+      renewals: [
+        { leaseId: a.leaseId, holderSecret: secret('batch-0') },
+        { leaseId: a.leaseId, holderSecret: secret('batch-0') },
+      ],
+    });
+    expect(twice).toMatchObject({ ok: false, error: { code: 'INVALID_REQUEST', retryable: false } });
+    const tooMany = await callGateway(nc, 'renewMany', {
+      renewals: Array.from({ length: 257 }, (_, i) => ({ leaseId: `l-${i}`, holderSecret: secret(i) })),
+    });
+    expect(tooMany).toMatchObject({ ok: false, error: { code: 'INVALID_REQUEST' } });
+    expect(await callGateway(nc, 'renewMany', { renewals: [] })).toMatchObject({
+      ok: false,
+      error: { code: 'INVALID_REQUEST' },
     });
   });
 

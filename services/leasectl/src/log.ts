@@ -5,7 +5,6 @@ import {
   type AuditFinding,
   createAuditor,
   decodeEvent,
-  evolve,
   type Grant,
   initialState,
   LeaseError,

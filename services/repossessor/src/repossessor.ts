@@ -73,7 +73,7 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
   const nowMs = deps.nowMs ?? Date.now;
   // The repossessor reads the gateways' snapshots; it writes none of its own.
   const log = await openLeaseLog({ nc: deps.nc, name: `${SERVICE_NAME}:${config.instance}`, config });
-  const { nc, js, jsm, snapshot } = log;
+  const { nc, js, jsm, publisher, snapshot } = log;
   const metrics = new RepossessorMetrics();
   const index = new DeadlineIndex();
   const inflight = new Set<string>();
@@ -113,7 +113,7 @@ export const createRepossessor = async (deps: RepossessorDeps): Promise<Reposses
     if (!decision.ok) return; // ended meanwhile, or renewed: a newer entry is in the index
     const event = decision.events[0] as LeaseRevoked;
     await deps.hooks?.beforeAppend?.(leaseId, event);
-    const result = await appendEvent(js, event, {
+    const result = await appendEvent(publisher, event, {
       expectedLastSubjectSeq: event.decidedAgainstSeq,
       msgId: `revoke-${leaseId}-${event.decidedAgainstSeq}`,
     });

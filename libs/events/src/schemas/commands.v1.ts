@@ -38,6 +38,24 @@ export const RenewRequestV1 = z.strictObject({
   ttlMs: PositiveMillis.optional(),
 });
 
+/** Renewals one `renew-many` request may carry. */
+export const RENEW_BATCH_MAX = 256;
+
+/**
+ * Several renewals in one request (a holder with many leases, or an SDK coalescing its
+ * callers): each is decided and appended on its own, as if sent alone.
+ */
+export const RenewManyRequestV1 = z.strictObject({
+  renewals: z
+    .array(RenewRequestV1)
+    .min(1)
+    .max(RENEW_BATCH_MAX)
+    .refine(
+      (renewals) => new Set(renewals.map((r) => r.leaseId)).size === renewals.length,
+      'each lease appears once',
+    ),
+});
+
 export const ReleaseRequestV1 = z.strictObject({
   leaseId: LeaseId,
   holderSecret: HolderSecret,

@@ -61,14 +61,23 @@ export const LimitListResultV1 = z.object({
 export const RequesterLimitResultV1 = z.object({ requester: z.string(), leasesMax: z.number() });
 
 const codes = Object.keys(ERROR_CODES) as [LeaseErrorCode, ...LeaseErrorCode[]];
-export const ErrorReplyV1 = z.object({
-  ok: z.literal(false),
-  error: z.object({
-    code: z.enum(codes),
-    retryable: z.boolean(),
-    message: z.string(),
-    details: z.record(z.string(), z.unknown()).optional(),
-  }),
+const ErrorV1 = z.object({
+  code: z.enum(codes),
+  retryable: z.boolean(),
+  message: z.string(),
+  details: z.record(z.string(), z.unknown()).optional(),
+});
+
+export const ErrorReplyV1 = z.object({ ok: z.literal(false), error: ErrorV1 });
+
+/** One answer per renewal, in the request's order: the renewed lease, or that renewal's error. */
+export const RenewManyResultV1 = z.object({
+  results: z.array(
+    z.discriminatedUnion('ok', [
+      z.object({ ok: z.literal(true), lease: LeaseViewV1 }),
+      z.object({ ok: z.literal(false), error: ErrorV1 }),
+    ]),
+  ),
 });
 
 export const okReply = <T extends z.ZodType>(result: T) => z.object({ ok: z.literal(true), result });

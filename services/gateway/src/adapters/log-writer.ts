@@ -1,6 +1,5 @@
-import { type AppendResult, appendEvent, type Projection } from '@lease/bus';
+import { type AppendResult, appendEvent, type Projection, type Publisher } from '@lease/bus';
 import type { LeaseEvent } from '@lease/events';
-import type { JetStreamClient } from '@nats-io/jetstream';
 import type { GatewayMetrics } from '../metrics.js';
 
 /** Same bytes, same Nats-Msg-Id: a retry after an uncertain failure is stored at most once. */
@@ -14,7 +13,7 @@ export class LogWriter {
   private counter = 0;
 
   constructor(
-    private readonly js: JetStreamClient,
+    private readonly js: Publisher,
     readonly projection: Projection,
     private readonly instance: string,
     private readonly metrics: GatewayMetrics,

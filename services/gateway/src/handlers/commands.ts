@@ -19,6 +19,7 @@ import {
   type Policy,
   type ReleaseRequestV1,
   type RemoveLimitRequestV1,
+  type RenewManyRequestV1,
   type RenewRequestV1,
   type RevokeRequestV1,
   type SetRequesterLimitRequestV1,
@@ -146,6 +147,20 @@ export const createCommands = (deps: CommandDeps) => {
       nowMs: now,
     }));
 
+  /**
+   * Each renewal decided and appended on its own subject as if sent alone, all at once: one
+   * request and one reply for many leases, the appends pipelined.
+   */
+  const renewMany = async (request: z.infer<typeof RenewManyRequestV1>) => {
+    const outcomes = await Promise.all(request.renewals.map(renew));
+    const results = outcomes.map((outcome) => {
+      if (outcome.ok) return { ok: true as const, lease: outcome.result.lease };
+      metrics.reject(outcome.error.code);
+      return { ok: false as const, error: outcome.error.toJSON() };
+    });
+    return { ok: true as const, result: { results } };
+  };
+
   const release = (request: z.infer<typeof ReleaseRequestV1>) =>
     lifecycle(request.leaseId, (now) => ({
       type: 'ReleaseLease',
@@ -234,6 +249,7 @@ export const createCommands = (deps: CommandDeps) => {
     acquire,
     cancel,
     renew,
+    renewMany,
     release,
     revoke,
     get,
