@@ -259,7 +259,9 @@ await runBench('bench:gateway', S.BENCH_TIMEOUT_S * 1000, async () => {
   await gateway.waitFor('gateway ready', 60_000);
   progress(`gateway pid ${gateway.pid}`);
   const pids = { gateway: gateway.pid, nats: nats.pid };
-  const client = createLeaseClient({ nc, timeoutMs: 10_000 });
+  // BENCH_RENEW_BATCH sets the SDK's renewBatchMax (its default otherwise): ADR 0010's sweep.
+  const renewBatchMax = process.env.BENCH_RENEW_BATCH ? Number(process.env.BENCH_RENEW_BATCH) : undefined;
+  const client = createLeaseClient({ nc, timeoutMs: 10_000, ...(renewBatchMax ? { renewBatchMax } : {}) });
   await client.defineLimit({ limit: LIMIT, slotsMax: 1_000_000 });
   await client.defineLimit({ limit: 'history', slotsMax: 1_000 });
 

@@ -1,5 +1,5 @@
 import { type AppendResult, appendEvent, ensureLeaseStream, Projection } from '@lease/bus';
-import { type AcquireLease, LeaseError, STREAM_NAME } from '@lease/events';
+import { type AcquireLease, LeaseError, leaseSubject, STREAM_NAME } from '@lease/events';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { pino } from 'pino';
@@ -116,6 +116,41 @@ describe('an admission append whose acknowledgement is lost', () => {
       expect(await grantsOf('unheard')).toBe(1);
     } finally {
       await healthy.projection.stop();
+    }
+  });
+
+  it('a renewal is resent without a message id: stored once, then a conflict that sends the gateway to catch up', async () => {
+    const { projection, admission } = await admissionWith(appendEvent);
+    try {
+      await admission.admin((nowMs) => ({ type: 'DefineLimit', limit: 'renewed', slotsMax: 10, nowMs }));
+      const granted = await admission.acquire((nowMs) => ({
+        ...command('renewed-once')(nowMs),
+        slots: [{ limit: 'renewed', count: 1 }],
+      }));
+      expect(granted).toMatchObject({ ok: true });
+      const writer = new LogWriter(jetstream(nc), projection, 'test', new GatewayMetrics(), losingAcks(1));
+      const renewal = {
+        type: 'LeaseRenewed' as const,
+        v: 1 as const,
+        atMs: Date.now(),
+        leaseId: 'renewed-once',
+        ttlMs: 10_000,
+        deadlineMs: Date.now() + 10_000,
+      };
+      expect(await writer.append(renewal, 0)).toEqual({ ok: false, conflict: true });
+      const stored = await (await jetstreamManager(nc)).streams.getMessage(STREAM_NAME, {
+        last_by_subj: leaseSubject('renewed-once'),
+      });
+      expect(stored?.header?.get('Nats-Msg-Id') ?? '').toBe('');
+      expect(stored?.seq).toBeGreaterThan(0);
+      // Exactly one renewal stored: the caller's catch-up sees it, and its next decision appends on top of it.
+      expect(await projection.catchUp()).toBe(true);
+      expect(projection.state.leases.get('renewed-once')).toMatchObject({
+        renewals: 1,
+        lastSubjectSeq: stored?.seq,
+      });
+    } finally {
+      await projection.stop();
     }
   });
 });

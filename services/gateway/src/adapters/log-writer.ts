@@ -30,12 +30,15 @@ export class LogWriter {
    * Appends one decided event conditionally. After an uncertain failure it resends the
    * same message under the same Nats-Msg-Id, so that JetStream stores it at most once.
    * On success it waits until the projection has folded it.
+   *
+   * Renewals carry no message id: the expectation on their lease's subject already stores
+   * a resent renewal at most once (a resend after a stored first try is a conflict, and the
+   * caller catches up and decides again: the renewal it then appends extends the lease
+   * once more), and at renewal rates JetStream's duplicate window would hold millions of
+   * ids (ADR 0010).
    */
-  async append(
-    event: LeaseEvent,
-    expectedLastSubjectSeq: number,
-    msgId = this.nextMsgId(),
-  ): Promise<AppendResult> {
+  async append(event: LeaseEvent, expectedLastSubjectSeq: number): Promise<AppendResult> {
+    const msgId = event.type === 'LeaseRenewed' ? undefined : this.nextMsgId();
     let result: AppendResult = await this.appendOnce(this.js, event, {
       expectedLastSubjectSeq,
       msgId,
