@@ -157,7 +157,6 @@ const checkTimeout = (timeoutMs: number, what: string): number => {
   return timeoutMs;
 };
 
-const utf8 = new TextEncoder();
 const utf8Decoder = new TextDecoder('utf-8', { fatal: true });
 
 /** Any error a call can end in, as a LeaseError: transport failures and surprises are UNAVAILABLE. */
@@ -325,7 +324,7 @@ export const createLeaseClient = (options: LeaseClientOptions): LeaseClient => {
     if (!checked.success) throw invalidRequest(subject, checked.error);
     let data: Uint8Array;
     try {
-      const reply = await nc.request(subject, utf8.encode(JSON.stringify(checked.data)), {
+      const reply = await nc.request(subject, Buffer.from(JSON.stringify(checked.data)), {
         timeout: callTimeoutMs,
       });
       data = reply.data;

@@ -116,7 +116,7 @@ export const createGateway = async (deps: GatewayDeps): Promise<Gateway> => {
     addEndpoint(service, name, subject, async (msg) => {
       const reply = await answer(msg, schema, handle);
       if (!reply.ok) metrics.reject(reply.error.code);
-      msg.respond(JSON.stringify(reply.ok ? reply : { ok: false, error: reply.error.toJSON() }));
+      msg.respond(Buffer.from(JSON.stringify(reply.ok ? reply : { ok: false, error: reply.error.toJSON() })));
     });
   };
 
