@@ -17,6 +17,7 @@ import {
 import { DeliverPolicy, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { LogPoint } from './format.js';
+import { heapTrimmer } from './heap.js';
 
 /**
  * Reading the log: every command here streams it (ordered consumers, bounded batches) and
@@ -145,12 +146,16 @@ export const replayAt = async (
   const untilSeq =
     'seq' in point ? Math.max(0, Math.min(point.seq, lastSeq)) : await lastSeqAt(nc, point.time, lastSeq);
   if (untilSeq === 0) return { state: initialState(), lastTime: undefined };
+  const trim = heapTrimmer();
   const projection = new Projection({
     js: jetstream(nc),
     jsm,
     batchMessages: REPLAY_BATCH,
     untilSeq,
-    ...(onProgress ? { onEvent: (stored: StoredEvent) => onProgress(stored.seq, untilSeq) } : {}),
+    onEvent: (stored: StoredEvent) => {
+      trim(stored.seq);
+      onProgress?.(stored.seq, untilSeq);
+    },
   });
   try {
     await projection.start(AUDIT_TIMEOUT_MS);
@@ -272,12 +277,14 @@ export const audit = async (
   const jsm = await jetstreamManager(nc);
   const lastSeq = await streamLastSeq(jsm);
   const auditor = createAuditor();
+  const trim = heapTrimmer();
   const started = performance.now();
   const projection = new Projection({
     js: jetstream(nc),
     jsm,
     batchMessages: REPLAY_BATCH,
     onEvent: (stored, state) => {
+      trim(stored.seq);
       for (const finding of auditor.observe(stored, state)) onFinding(finding);
       onProgress?.(stored.seq, lastSeq);
     },
