@@ -197,7 +197,6 @@ const invalidReply = (subject: string, problem: string, details?: Record<string,
     details: { subject, invalidReply: true, ...details },
   });
 
-/** Bytes of a reply to the typed result, or the LeaseError it carries or amounts to. Never throws. */
 /** `okReply(result)`, built and compiled once per result schema. */
 const okReplyOf = (result: z.ZodType): z.ZodType => {
   let schema = OK_REPLIES.get(result);
@@ -209,6 +208,7 @@ const okReplyOf = (result: z.ZodType): z.ZodType => {
 };
 const OK_REPLIES = new WeakMap<z.ZodType, z.ZodType>();
 
+/** Bytes of a reply to the typed result, or the LeaseError it carries or amounts to. Never throws. */
 export const decodeReply = <S extends z.ZodType>(
   subject: string,
   resultSchema: S,

@@ -174,6 +174,26 @@ describe('snapshots', () => {
   it('refuses a snapshot that is not one', () => {
     expect(stateFromSnapshot({ v: 1, lastSeq: 'x' })).toMatchObject({ ok: false });
   });
+
+  it('stores each distinct slot claim once, and refuses a version 1 snapshot, ragged columns or a missing claim', () => {
+    const state = given(
+      limitDefined('gpu', 3),
+      granted(grant()),
+      granted(grant({ leaseId: 'b', requester: 'r2', fencingToken: 2 })),
+    );
+    const json = JSON.parse(JSON.stringify(snapshotOf(state)));
+    expect(json.slotClaims).toEqual([[['gpu', 1]]]);
+    expect(json.leases.slots).toEqual([0, 0]);
+    const restored = stateFromSnapshot(json);
+    expect(restored.ok && restored.state.leases.get('b')?.slots).toBe(
+      restored.ok && restored.state.leases.get('lease-1')?.slots,
+    );
+    expect(stateFromSnapshot({ ...json, v: 1 })).toMatchObject({ ok: false });
+    const ragged = { ...json, leases: { ...json.leases, status: ['live'] } };
+    expect(stateFromSnapshot(ragged)).toEqual({ ok: false, message: 'leases.status has 1 entries, not 2' });
+    const missing = { ...json, leases: { ...json.leases, slots: [0, 1] } };
+    expect(stateFromSnapshot(missing)).toEqual({ ok: false, message: 'leases.slots[1] names no slot claim' });
+  });
 });
 
 describe('the decode boundary', () => {
