@@ -34,14 +34,14 @@ import {
   tailLine,
 } from './format.js';
 import {
+  admissionHistory,
   audit,
-  findGrant,
-  grantAt,
   leaseEvents,
   type OnProgress,
   readLog,
   replayAt,
   streamLastSeq,
+  WAIT_WINDOW_MS,
 } from './log.js';
 
 /** Exit codes: documented in docs/leasectl.md. */
@@ -570,13 +570,17 @@ const leaseHistory = async (ctx: Context, leaseId: string): Promise<ExitCode> =>
   } catch (cause) {
     gatewayError = asLeaseError(cause);
   }
+  // Its admission entries: the grant, and before it any queueing and end of wait, at most
+  // a wait window earlier. A lease no gateway keeps is looked for from the start of the log.
   const progress = ctx.progress();
-  const grant = view
-    ? await grantAt(nc, view.grantSeq, leaseId)
-    : await findGrant(nc, leaseId, progress?.tick);
+  const admission = await admissionHistory(nc, leaseId, {
+    ...(view ? { from: new Date(view.grantedAtMs - WAIT_WINDOW_MS), throughSeq: view.grantSeq } : {}),
+    ...(progress ? { onProgress: progress.tick } : {}),
+  });
   progress?.finish();
+  const grant = admission.find((entry) => entry.event?.type === 'LeasesGranted');
   const events = await leaseEvents(nc, leaseId);
-  if (!grant && events.length === 0) {
+  if (admission.length === 0 && events.length === 0) {
     return ctx.fail(
       gatewayError && gatewayError.code !== 'UNKNOWN_LEASE'
         ? gatewayError
@@ -586,7 +590,7 @@ const leaseHistory = async (ctx: Context, leaseId: string): Promise<ExitCode> =>
   if (gatewayError && gatewayError.code !== 'UNKNOWN_LEASE')
     ctx.io.err(`leasectl: the gateway did not answer (${gatewayError.code}); showing the log only`);
   const grantSeq = grant?.seq;
-  const history = [...(grant ? [grant] : []), ...events].map((entry) => ({
+  const history = [...admission, ...events].map((entry) => ({
     seq: entry.seq,
     time: entry.time.toISOString(),
     subject: entry.subject,

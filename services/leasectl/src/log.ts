@@ -186,65 +186,68 @@ export interface HistoryEntry {
   readonly problem?: string;
 }
 
-/** The grant of a lease, by a direct get of its admission message. */
-export const grantAt = async (
-  nc: NatsConnection,
-  grantSeq: number,
-  leaseId: string,
-): Promise<HistoryEntry | undefined> => {
-  const jsm = await jetstreamManager(nc);
-  const message = await jsm.direct.getMessage(STREAM_NAME, { seq: grantSeq }).catch(() => null);
-  if (!message) return undefined;
-  const decoded = decodeEvent(message.data);
-  if (!decoded.ok) {
-    return {
-      seq: message.seq,
-      time: message.time,
-      subject: message.subject,
-      event: undefined,
-      problem: `${decoded.problem}: ${decoded.message}`,
-    };
-  }
-  if (decoded.event.type !== 'LeasesGranted' || !decoded.event.grants.some((g) => g.leaseId === leaseId))
-    return undefined;
-  return { seq: message.seq, time: message.time, subject: message.subject, event: decoded.event };
-};
+/** A waiter holds its place at most this long (the gateway's WAIT_MAX_MS bound): how far before a grant its queueing can be. */
+export const WAIT_WINDOW_MS = 60 * 60_000;
+
+/** True when an admission event names the lease: its queueing, the end of its wait, its grant. */
+const namesLease = (event: LeaseEvent, leaseId: string): boolean =>
+  (event.type === 'AcquiresQueued' && event.waiters.some((w) => w.leaseId === leaseId)) ||
+  (event.type === 'WaitEnded' && event.leaseId === leaseId) ||
+  (event.type === 'LeasesGranted' && event.grants.some((g: Grant) => g.leaseId === leaseId));
 
 /**
- * Finds a lease's grant by scanning the admission subject (when no gateway knows the lease
- * any more: ended leases are pruned from the projection). Streams; stops at the grant.
+ * A lease's entries on the admission subject (its queueing, the end of its wait, its grant),
+ * read from `from` (the start of the log without it) up to its grant, `throughSeq`, or the
+ * last admission message, whichever comes first. Streams; stops at the grant.
  */
-export const findGrant = async (
+export const admissionHistory = async (
   nc: NatsConnection,
   leaseId: string,
-  onProgress?: OnProgress,
-): Promise<HistoryEntry | undefined> => {
+  options: { from?: Date; throughSeq?: number; onProgress?: OnProgress } = {},
+): Promise<HistoryEntry[]> => {
   const jsm = await jetstreamManager(nc);
-  const lastSeq = await lastSeqOnSubject(jsm, ADMISSION_SUBJECT);
-  if (lastSeq === 0) return undefined;
-  const consumer = await jetstream(nc).consumers.get(STREAM_NAME, { filter_subjects: [ADMISSION_SUBJECT] });
+  const lastSeq = Math.min(
+    await lastSeqOnSubject(jsm, ADMISSION_SUBJECT),
+    options.throughSeq ?? Number.POSITIVE_INFINITY,
+  );
+  const entries: HistoryEntry[] = [];
+  if (lastSeq === 0) return entries;
+  const consumer = await jetstream(nc).consumers.get(STREAM_NAME, {
+    filter_subjects: [ADMISSION_SUBJECT],
+    ...(options.from
+      ? { deliver_policy: DeliverPolicy.StartTime, opt_start_time: options.from.toISOString() }
+      : {}),
+  });
   try {
     for (;;) {
       const batch = await consumer.fetch({ max_messages: REPLAY_BATCH, expires: 5_000 });
       let seen = 0;
       for await (const message of batch) {
         seen += 1;
-        onProgress?.(message.seq, lastSeq);
-        const decoded = decodeEvent(message.data);
-        if (
-          decoded.ok &&
-          decoded.event.type === 'LeasesGranted' &&
-          decoded.event.grants.some((g: Grant) => g.leaseId === leaseId)
-        ) {
+        if (message.seq > lastSeq) {
           batch.stop();
-          return { seq: message.seq, time: message.time, subject: message.subject, event: decoded.event };
+          return entries;
+        }
+        options.onProgress?.(message.seq, lastSeq);
+        const decoded = decodeEvent(message.data);
+        if (decoded.ok && namesLease(decoded.event, leaseId)) {
+          entries.push({
+            seq: message.seq,
+            time: message.time,
+            subject: message.subject,
+            event: decoded.event,
+          });
+          if (decoded.event.type === 'LeasesGranted') {
+            batch.stop();
+            return entries;
+          }
         }
         if (message.seq >= lastSeq) {
           batch.stop();
-          return undefined;
+          return entries;
         }
       }
-      if (seen === 0) return undefined;
+      if (seen === 0) return entries;
     }
   } finally {
     await consumer.delete().catch(() => undefined);

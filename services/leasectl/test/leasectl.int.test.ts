@@ -152,6 +152,44 @@ describe('leasectl against a live gateway', () => {
     expect(unknown.err).toContain('UNKNOWN_LEASE');
   });
 
+  it('shows the queueing of a lease that waited, and the whole life of a waiter that never got one', async () => {
+    await client.defineLimit({ limit: 'queue', slotsMax: 1 });
+    const first = await client.acquire({
+      requester: 'q-1',
+      slots: [{ limit: 'queue', count: 1 }],
+      ttlMs: 60_000,
+    });
+    const waiting = client.acquire({
+      requester: 'q-2',
+      slots: [{ limit: 'queue', count: 1 }],
+      ttlMs: 60_000,
+      waitMs: 10_000,
+      leaseId: 'waited-lease',
+    });
+    await eventually(() => gateway.projection.state.waiters.has('waited-lease'));
+    await client.release(first);
+    const waited = await waiting;
+    const run = await leasectl(nats.url, '--json', 'lease', waited.leaseId);
+    expect(run.code, run.err).toBe(EXIT.ok);
+    const kinds = run.json().history.map((h: { event: { type: string } }) => h.event.type);
+    expect(kinds).toEqual(['AcquiresQueued', 'LeasesGranted']);
+    expect(run.json().history[0].text).toMatch(/queued for slots/);
+
+    await expect(
+      client.acquire({
+        requester: 'q-3',
+        slots: [{ limit: 'queue', count: 1 }],
+        ttlMs: 60_000,
+        waitMs: 300,
+        leaseId: 'never-granted',
+      }),
+    ).rejects.toMatchObject({ code: 'WAIT_TIMEOUT' });
+    const never = await leasectl(nats.url, 'lease', 'never-granted');
+    expect(never.code, never.err).toBe(EXIT.ok);
+    expect(never.out).toMatch(/queued for slots[\s\S]*wait ended: timed-out/);
+    await client.release(waited);
+  });
+
   it('lists, sets and removes limits, lists leases, revokes as an admin, and reports status', async () => {
     expect((await leasectl(nats.url, 'limits', 'set', 'tmp', '3')).code).toBe(EXIT.ok);
     const listed = await leasectl(nats.url, '--json', 'limits', 'list');
