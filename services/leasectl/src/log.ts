@@ -169,6 +169,11 @@ export const replayAt = async (
 /** The last sequence stored at or before `time` (by the millisecond), from the first message after it. */
 const lastSeqAt = async (nc: NatsConnection, time: Date, lastSeq: number): Promise<number> => {
   if (lastSeq === 0) return 0;
+  // At or after the last message: all of it (and no wait for a message that will not come).
+  const last = await (await jetstreamManager(nc)).streams
+    .getMessage(STREAM_NAME, { seq: lastSeq })
+    .catch(() => null);
+  if (last && last.time.getTime() <= time.getTime()) return lastSeq;
   const consumer = await jetstream(nc).consumers.get(STREAM_NAME, {
     deliver_policy: DeliverPolicy.StartTime,
     opt_start_time: new Date(time.getTime() + 1).toISOString(),
