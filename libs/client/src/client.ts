@@ -220,8 +220,12 @@ export const decodeReply = <S extends z.ZodType>(
   } catch {
     return { ok: false, error: invalidReply(subject, 'not UTF-8 JSON', { bytes: data.length }) };
   }
-  const failed = compiled(ErrorBody).safeParse(raw);
-  if (failed.success) return { ok: false, error: leaseErrorFromJson(failed.data.error) };
+  // Only a reply saying ok: false is read as an error: trying every reply as one built a
+  // ZodError for each success.
+  if ((raw as { ok?: unknown } | null)?.ok === false) {
+    const failed = compiled(ErrorBody).safeParse(raw);
+    if (failed.success) return { ok: false, error: leaseErrorFromJson(failed.data.error) };
+  }
   const parsed = okReplyOf(resultSchema).safeParse(raw);
   if (!parsed.success) {
     return {
