@@ -4,6 +4,7 @@ import {
   evolve,
   initialState,
   LeaseError,
+  type LeaseEvent,
   type LeaseState,
   STREAM_NAME,
   type StoredEvent,
@@ -43,6 +44,7 @@ export class Projection {
   private stopping = false;
   private running: Promise<void> | undefined;
   private stopConsumer: (() => void) | undefined;
+  private readonly ownEvents = new Map<number, LeaseEvent>();
   problems = 0;
 
   constructor(private readonly options: ProjectionOptions) {
@@ -129,9 +131,20 @@ export class Projection {
     }
   }
 
+  /**
+   * The event this process appended at `seq`, acknowledged but not folded yet: the fold
+   * takes it as it is instead of decoding the bytes again (they were serialized from it).
+   * A sequence already folded is ignored.
+   */
+  appended(seq: number, event: LeaseEvent): void {
+    if (seq > this.state.lastSeq) this.ownEvents.set(seq, event);
+  }
+
   private apply(seq: number, subject: string, data: Uint8Array): void {
     if (seq <= this.state.lastSeq) return;
-    const decoded = decodeEvent(data);
+    const own = this.ownEvents.get(seq);
+    if (own) this.ownEvents.delete(seq);
+    const decoded = own ? { ok: true as const, event: own } : decodeEvent(data);
     if (decoded.ok) {
       const stored = { seq, event: decoded.event };
       evolve(this.state, stored);

@@ -99,6 +99,29 @@ describe('the projection on a real nats-server', () => {
     }
   });
 
+  it('folds an event it appended as the object it serialized, without decoding its bytes again', async () => {
+    await ensureLeaseStream(nc);
+    const projection = new Projection({ js: jetstream(nc), jsm: await jetstreamManager(nc) });
+    await projection.start();
+    try {
+      const event = { type: 'LimitDefined' as const, v: 1 as const, atMs: 1, limit: 'own-1', slotsMax: 3 };
+      // Announced before the append (nothing else writes here now, so its sequence is known):
+      // a different object under that sequence shows which one the fold took. The services
+      // only ever announce the object the bytes were made from, after its acknowledgement.
+      const next = (await (await jetstreamManager(nc)).streams.info(STREAM_NAME)).state.last_seq + 1;
+      projection.appended(next, { ...event, slotsMax: 5 });
+      const appended = await appendEvent(jetstream(nc), event, {
+        expectedLastSubjectSeq: projection.state.admissionSeq,
+      });
+      expect(appended).toMatchObject({ ok: true, seq: next });
+      if (!appended.ok) return;
+      expect(await projection.waitFor(appended.seq, 5_000)).toBe(true);
+      expect(projection.state.limits.get('own-1')).toEqual({ slotsMax: 5, used: 0 });
+    } finally {
+      await projection.stop();
+    }
+  });
+
   it('answers a retryable UNAVAILABLE when JetStream cannot be reached, and loses nothing acknowledged', async () => {
     const own = await startNats();
     const conn = await connectTest(own.url);

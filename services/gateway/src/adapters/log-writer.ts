@@ -53,8 +53,10 @@ export class LogWriter {
         timeoutMs: APPEND_TIMEOUT_MS,
       });
     }
-    if (result.ok) await this.projection.waitFor(result.seq, FOLD_WAIT_MS);
-    else if (result.conflict) this.metrics.conflicts += 1;
+    if (result.ok) {
+      this.projection.appended(result.seq, event);
+      await this.projection.waitFor(result.seq, FOLD_WAIT_MS);
+    } else if (result.conflict) this.metrics.conflicts += 1;
     return result;
   }
 }
