@@ -1,4 +1,4 @@
-import { LeaseError, type LeaseEvent, subjectFor } from '@lease/events';
+import { encodeEvent, LeaseError, type LeaseEvent, subjectFor } from '@lease/events';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import type { Publisher } from './publisher.js';
 
@@ -30,8 +30,7 @@ export const appendEvent = async (
   options: AppendOptions,
 ): Promise<AppendResult> => {
   try {
-    // Buffer.from, not encodeEvent's TextEncoder: 4x faster on these short strings.
-    const ack = await js.publish(subjectFor(event), Buffer.from(JSON.stringify(event)), {
+    const ack = await js.publish(subjectFor(event), encodeEvent(event), {
       expect: { lastSubjectSequence: options.expectedLastSubjectSeq },
       ...(options.msgId ? { msgID: options.msgId } : {}),
       timeout: options.timeoutMs ?? 5_000,
