@@ -26,7 +26,6 @@ import {
   RENEW_BATCH_MAX,
   ReleaseRequestV1,
   RemoveLimitRequestV1,
-  RenewManyRequestV1,
   RenewRequestV1,
   RequesterLimitResultV1,
   RevokeRequestV1,
@@ -316,6 +315,25 @@ export const createLeaseClient = (options: LeaseClientOptions): LeaseClient => {
   const clock = options.clock ?? systemClock;
   const timeoutMs = checkTimeout(options.timeoutMs ?? REQUEST_TIMEOUT_DEFAULT_MS, 'timeoutMs');
 
+  /** Sends a body already validated, decodes the reply. Rejects only with a LeaseError. */
+  const exchange = async <R extends z.ZodType>(
+    subject: string,
+    body: unknown,
+    resultSchema: R,
+    callTimeoutMs: number,
+  ): Promise<z.infer<R>> => {
+    let data: Uint8Array;
+    try {
+      const reply = await nc.request(subject, Buffer.from(JSON.stringify(body)), { timeout: callTimeoutMs });
+      data = reply.data;
+    } catch (cause) {
+      throw toLeaseError(cause, subject);
+    }
+    const decoded = decodeReply(subject, resultSchema, data);
+    if (!decoded.ok) throw decoded.error;
+    return decoded.result;
+  };
+
   /** One round trip: validate locally, send, decode. Rejects only with a LeaseError. */
   const roundTrip = async <R extends z.ZodType>(
     subject: string,
@@ -326,33 +344,17 @@ export const createLeaseClient = (options: LeaseClientOptions): LeaseClient => {
   ): Promise<z.infer<R>> => {
     const checked = compiled(requestSchema).safeParse(request);
     if (!checked.success) throw invalidRequest(subject, checked.error);
-    let data: Uint8Array;
-    try {
-      const reply = await nc.request(subject, Buffer.from(JSON.stringify(checked.data)), {
-        timeout: callTimeoutMs,
-      });
-      data = reply.data;
-    } catch (cause) {
-      throw toLeaseError(cause, subject);
-    }
-    const decoded = decodeReply(subject, resultSchema, data);
-    if (!decoded.ok) throw decoded.error;
-    return decoded.result;
+    return exchange(subject, checked.data, resultSchema, callTimeoutMs);
   };
 
   const renewBatched = createRenewBatcher({
     batchMax: Math.min(Math.max(1, options.renewBatchMax ?? RENEW_BATCH_DEFAULT), RENEW_BATCH_MAX),
+    // Each renewal was validated when renew() queued it: sent as it is.
     one: async (request, callTimeoutMs) =>
-      (await roundTrip(COMMAND_SUBJECTS.renew, RenewRequestV1, request, LeaseResultV1, callTimeoutMs)).lease,
+      (await exchange(COMMAND_SUBJECTS.renew, request, LeaseResultV1, callTimeoutMs)).lease,
     many: async (renewals, callTimeoutMs) => {
       const subject = COMMAND_SUBJECTS.renewMany;
-      const { results } = await roundTrip(
-        subject,
-        RenewManyRequestV1,
-        { renewals },
-        RenewManyReply,
-        callTimeoutMs,
-      );
+      const { results } = await exchange(subject, { renewals }, RenewManyReply, callTimeoutMs);
       if (results.length !== renewals.length)
         throw invalidReply(subject, `${results.length} results for ${renewals.length} renewals`);
       return results.map((item) =>
