@@ -300,21 +300,7 @@ export const runLeasectl = async (argv: readonly string[], io: Io): Promise<Exit
     .option('--requester <name>', 'only events of this requester', nameOption(Name, 'requester'))
     .option('--lease <leaseId>', 'only events of this lease', nameOption(LeaseId, 'lease id'))
     .addOption(new Option('--type <type...>', 'only these event types').choices(EVENT_TYPES))
-    .action(
-      withNats(
-        (
-          ctx,
-          opts: {
-            from: string;
-            count?: number;
-            limit?: string;
-            requester?: string;
-            lease?: string;
-            type?: LeaseEventType[];
-          },
-        ) => tail(ctx, opts),
-      ),
-    );
+    .action(withNats((ctx, opts: TailOptions) => tail(ctx, opts)));
 
   program
     .command('export')
@@ -692,17 +678,16 @@ const runAudit = async (ctx: Context, timeoutMs: number): Promise<ExitCode> => {
   return ok ? EXIT.ok : EXIT.failed;
 };
 
-const tail = async (
-  ctx: Context,
-  opts: {
-    from: string;
-    count?: number;
-    limit?: string;
-    requester?: string;
-    lease?: string;
-    type?: LeaseEventType[];
-  },
-): Promise<ExitCode> => {
+interface TailOptions {
+  from: string;
+  count?: number;
+  limit?: string;
+  requester?: string;
+  lease?: string;
+  type?: LeaseEventType[];
+}
+
+const tail = async (ctx: Context, opts: TailOptions): Promise<ExitCode> => {
   const from =
     opts.from === 'now' || opts.from === 'start'
       ? opts.from
