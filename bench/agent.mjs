@@ -212,6 +212,16 @@ await runBench('bench:agent', S.BENCH_TIMEOUT_S * 1000, async () => {
     const startAt = now();
     let next = 0;
     const supervised = new Set();
+    /** One `sleep 3600` under a 3 s lease renewed every second: a workload of the cost figure. */
+    const runSleeper = () =>
+      askRun(nc, workerId, {
+        command: SLEEP,
+        args: ['3600'],
+        requester: 'bench',
+        slots: [{ limit: 'bench', count: 1 }],
+        ttlMs: 3_000,
+        initialTtlMs: 3_000,
+      });
     const liveOfThese = async () =>
       (await client.list({ holder: workerId, max: 1_000 })).leases.filter(
         (lease) => lease.status === 'live' && supervised.has(lease.leaseId),
@@ -219,14 +229,7 @@ await runBench('bench:agent', S.BENCH_TIMEOUT_S * 1000, async () => {
     const lane = async () => {
       while (next < count) {
         next += 1;
-        const started = await askRun(nc, workerId, {
-          command: SLEEP,
-          args: ['3600'],
-          requester: 'bench',
-          slots: [{ limit: 'bench', count: 1 }],
-          ttlMs: 3_000,
-          initialTtlMs: 3_000,
-        });
+        const started = await runSleeper();
         supervised.add(started.leaseId);
       }
     };
@@ -309,14 +312,7 @@ await runBench('bench:agent', S.BENCH_TIMEOUT_S * 1000, async () => {
     const lane2 = async () => {
       while (next < count) {
         next += 1;
-        const started = await askRun(nc, workerId, {
-          command: SLEEP,
-          args: ['3600'],
-          requester: 'bench',
-          slots: [{ limit: 'bench', count: 1 }],
-          ttlMs: 3_000,
-          initialTtlMs: 3_000,
-        });
+        const started = await runSleeper();
         pidOf.set(started.leaseId, started.pid);
       }
     };
